@@ -14,7 +14,10 @@ __all__ = [
     "HarnessError",
     "HarnessNotStartedError",
     "HarnessStoppedError",
+    "InvalidRequestValueError",
     "TaskClosedError",
+    "TaskNotCancelableError",
+    "TaskNotFoundError",
 ]
 
 
@@ -48,3 +51,15 @@ class EmbeddedTemporalError(HarnessError):
 
 class TaskClosedError(HarnessError):
     """A message was sent to a task that has already ended (completed, failed or canceled)."""
+
+
+class TaskNotFoundError(HarnessError):
+    """No task with this id exists for this agent."""
+
+
+class TaskNotCancelableError(HarnessError):
+    """The task has already ended, so it cannot be canceled."""
+
+
+class InvalidRequestValueError(HarnessError):
+    """A value in a request is not one the runtime can use; the message is safe to show the client."""

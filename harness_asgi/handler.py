@@ -1,0 +1,267 @@
+"""The A2A ``RequestHandler`` over Temporal: one implementation, backend-neutral.
+
+The SDK's ``DefaultRequestHandler`` is asyncio-only (its event queues call ``asyncio.create_task``), so
+this handler talks to the agent's ``TaskService`` instead. Every method turns the runtime's errors into
+the A2A error they deserve, and any other exception into a generic internal error: the exception is
+logged with a request id and its text never reaches the client (the SDK would send ``str(exc)``).
+
+Streams (``SendStreamingMessage``, ``SubscribeToTask``) first yield the task, then follow its event log
+until the task settles. Each event carries ``metadata["harness.seq"]``, its position in the log; a
+client that lost a stream resubscribes with ``Last-Event-ID: <seq>`` and gets the events after it, with no
+gap, also after a restart. A client that disconnects cancels only its own follow: the task goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncGenerator, Iterator
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers import RequestHandler, validate_request_params
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    Role,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskPushNotificationConfig,
+    TaskState,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.errors import (
+    A2AError,
+    ExtendedAgentCardNotConfiguredError,
+    InternalError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+)
+from a2a.utils.task import apply_history_length
+from google.protobuf.json_format import MessageToDict, ParseDict
+
+from harness_core import errors
+from harness_core.harness import Harness
+from harness_core.payloads import SETTLED_STATES, EventPage, TaskEvent, TaskView
+
+__all__ = ["PARTICIPANT_STATE_KEY", "HarnessRequestHandler"]
+
+log = logging.getLogger("harness.http")
+
+PARTICIPANT_STATE_KEY = "harness.participant"
+SEQ_KEY = "harness.seq"
+
+
+def _task_proto(view: TaskView) -> Task:
+    return ParseDict(view.task, Task(), ignore_unknown_fields=True)
+
+
+def _event_proto(event: TaskEvent) -> TaskStatusUpdateEvent | TaskArtifactUpdateEvent:
+    proto: TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+    if event.kind == "status":
+        proto = ParseDict(event.body, TaskStatusUpdateEvent(), ignore_unknown_fields=True)
+    else:
+        proto = ParseDict(event.body, TaskArtifactUpdateEvent(), ignore_unknown_fields=True)
+    proto.metadata.update({SEQ_KEY: event.seq})
+    return proto
+
+
+def _settles(event: TaskEvent) -> bool:
+    return event.kind == "status" and event.body.get("status", {}).get("state") in SETTLED_STATES
+
+
+def _participant(context: ServerCallContext) -> str | None:
+    value = context.state.get(PARTICIPANT_STATE_KEY)
+    return value if isinstance(value, str) and value else None
+
+
+def _last_event_id(context: ServerCallContext) -> int:
+    headers = context.state.get("headers")
+    raw = headers.get("last-event-id", "") if isinstance(headers, dict) else ""
+    text = str(raw).strip()  # pyright: ignore[reportUnknownArgumentType]
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise InvalidParamsError(message="Last-Event-ID must be the harness.seq of an event")
+    return int(text)
+
+
+@contextlib.contextmanager
+def _a2a_errors(operation: str) -> Iterator[None]:
+    """Turn runtime errors into A2A errors; never let an exception's text reach the client."""
+    try:
+        yield
+    except A2AError:
+        raise
+    except errors.TaskNotFoundError:
+        raise TaskNotFoundError() from None
+    except errors.TaskNotCancelableError:
+        raise TaskNotCancelableError() from None
+    except errors.TaskClosedError as exc:
+        # Our own message: it names the task and its state, nothing internal.
+        raise InvalidParamsError(message=f"{exc}; start a new task for a new request") from None
+    except errors.InvalidRequestValueError as exc:
+        raise InvalidParamsError(message=str(exc)) from None
+    except errors.HarnessNotStartedError:
+        raise InternalError(message="the agent is not started") from None
+    except Exception:
+        request_id = uuid.uuid4().hex[:12]
+        log.exception("%s failed (request %s)", operation, request_id)
+        raise InternalError(message=f"internal error (request {request_id})") from None
+
+
+class HarnessRequestHandler(RequestHandler):
+    """Serves one agent's A2A methods from its Temporal-backed ``TaskService``."""
+
+    def __init__(self, harness: Harness, card: AgentCard) -> None:
+        self._harness = harness
+        self._card = card
+
+    def _check_message(self, message: Message) -> None:
+        if message.role != Role.ROLE_USER:
+            raise InvalidParamsError(message="message.role must be ROLE_USER")
+        if not message.message_id:
+            raise InvalidParamsError(message="message.messageId is required")
+
+    @validate_request_params
+    async def on_message_send(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> Task | Message:
+        self._check_message(params.message)
+        with _a2a_errors("SendMessage"):
+            receipt = await self._harness.tasks.send(
+                MessageToDict(params.message),
+                participant=_participant(context),
+                wait=not params.configuration.return_immediately,
+            )
+            return apply_history_length(_task_proto(receipt.view), params.configuration)
+
+    @validate_request_params
+    async def on_message_send_stream(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        self._check_message(params.message)
+        with _a2a_errors("SendStreamingMessage"):
+            receipt = await self._harness.tasks.send(
+                MessageToDict(params.message), participant=_participant(context), wait=False
+            )
+        yield _task_proto(receipt.view)
+        task_id = str(receipt.view.task["id"])
+        async for event in self._follow(task_id, receipt.cursor, "SendStreamingMessage"):
+            yield event
+
+    async def _follow(
+        self, task_id: str, after: int, operation: str
+    ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent, None]:
+        """Yield the task's events after ``after`` until it settles or ends."""
+        tasks = self._harness.tasks
+        while True:
+            page: EventPage
+            with _a2a_errors(operation):
+                page = await tasks.follow(task_id, after)
+            for event in page.events:
+                yield _event_proto(event)
+                after = event.seq
+            if page.events and _settles(page.events[-1]):
+                return
+            if not page.events:
+                state = page.view.task.get("status", {}).get("state")
+                if page.view.closed or state in SETTLED_STATES:
+                    return
+
+    @validate_request_params
+    async def on_subscribe_to_task(
+        self, params: SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Event, None]:
+        after = _last_event_id(context)
+        with _a2a_errors("SubscribeToTask"):
+            page = await self._harness.tasks.events(params.id, after)
+        if page is None:
+            raise TaskNotFoundError()
+        yield _task_proto(page.view)
+        for event in page.events:
+            yield _event_proto(event)
+            after = event.seq
+        if page.view.closed or (page.events and _settles(page.events[-1])):
+            return
+        if not page.events and page.view.task.get("status", {}).get("state") in SETTLED_STATES:
+            return
+        async for event in self._follow(params.id, after, "SubscribeToTask"):
+            yield event
+
+    @validate_request_params
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        with _a2a_errors("GetTask"):
+            view = await self._harness.tasks.view(params.id)
+        if view is None:
+            return None
+        return apply_history_length(_task_proto(view), params)
+
+    async def on_list_tasks(
+        self, params: ListTasksRequest, context: ServerCallContext
+    ) -> ListTasksResponse:
+        if params.HasField("page_size") and not 1 <= params.page_size <= 100:
+            raise InvalidParamsError(message="pageSize must be between 1 and 100")
+        page_size = params.page_size if params.HasField("page_size") else 50
+        state = TaskState.Name(params.status) if params.status else ""
+        with _a2a_errors("ListTasks"):
+            views, next_token, total = await self._harness.tasks.list(
+                context_id=params.context_id,
+                state=state,
+                page_size=page_size,
+                page_token=params.page_token,
+            )
+        response = ListTasksResponse(next_page_token=next_token, page_size=page_size, total_size=total)
+        for view in views:
+            task = apply_history_length(_task_proto(view), params)
+            if not params.include_artifacts:
+                task.ClearField("artifacts")
+            response.tasks.append(task)
+        return response
+
+    @validate_request_params
+    async def on_cancel_task(
+        self, params: CancelTaskRequest, context: ServerCallContext
+    ) -> Task | None:
+        with _a2a_errors("CancelTask"):
+            view = await self._harness.tasks.cancel(params.id)
+        return _task_proto(view)
+
+    async def on_create_task_push_notification_config(
+        self, params: TaskPushNotificationConfig, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError()
+
+    async def on_get_task_push_notification_config(
+        self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError()
+
+    async def on_list_task_push_notification_configs(
+        self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError()
+
+    async def on_delete_task_push_notification_config(
+        self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        raise PushNotificationNotSupportedError()
+
+    async def on_get_extended_agent_card(
+        self, params: GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError()

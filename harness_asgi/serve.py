@@ -1,0 +1,72 @@
+"""Serve an ASGI app with Hypercorn on the running backend: the one place that picks the runner.
+
+The listening socket is bound here, before Hypercorn starts, so ``task_status.started`` reports the
+real address (also for port 0) once connections can queue, on both backends (Hypercorn's asyncio
+runner has no ``task_status``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import sniffio
+from anyio.abc import TaskStatus
+from hypercorn.config import Config
+
+__all__ = ["parse_bind", "serve_http"]
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    host, _, port = bind.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+async def serve_http(
+    app: Any,
+    bind: str,
+    graceful_timeout: float,
+    shutdown_trigger: Callable[[], Awaitable[Any]],
+    *,
+    task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` on ``bind`` until ``shutdown_trigger`` returns or the caller is cancelled.
+
+    Either way Hypercorn stops accepting and gives in-flight requests ``graceful_timeout`` seconds
+    before it closes them; this returns (or re-raises the cancellation) after that.
+    """
+    host, port = parse_bind(bind)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=1024)
+    try:
+        config = Config()
+        # Hypercorn wraps the descriptor in its own socket object and closes it; give it a copy.
+        config.bind = [f"fd://{os.dup(sock.fileno())}"]
+        config.graceful_timeout = graceful_timeout
+        config.accesslog = None
+        config.errorlog = "-"
+        actual = sock.getsockname()
+        if sniffio.current_async_library() == "trio":
+            from hypercorn.trio import serve
+        else:
+            from hypercorn.asyncio import serve
+        stop = anyio.Event()
+
+        async def run_server() -> None:
+            # Hypercorn must not be cancelled mid-request (hypercorn#184: InvalidStateError); it is
+            # stopped through its shutdown trigger, which drains within graceful_timeout.
+            with anyio.CancelScope(shield=True):
+                await serve(app, config, shutdown_trigger=stop.wait)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_server)
+            task_status.started((actual[0], int(actual[1])))
+            try:
+                await shutdown_trigger()
+            finally:
+                stop.set()
+    finally:
+        sock.close()

@@ -1,0 +1,60 @@
+"""The activities of one agent: a model turn, storing a final record, and the heartbeat.
+
+They run on the Temporal event loop (the caller's under asyncio, the bridge thread under Trio); the
+store's synchronous SQLite calls run in the worker's activity thread pool, never on that loop.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import anyio
+from temporalio import activity
+
+from harness_core.model import Model
+from harness_core.payloads import TaskRecord, TurnInput, TurnOutput
+from harness_core.store import TaskStore
+from harness_core.workflows import HEARTBEAT, MODEL_TURN, STORE_RECORD
+
+__all__ = ["AgentActivities"]
+
+# A regular (non-local) turn heartbeats this often, well inside its 10 s heartbeat timeout, so a
+# worker that dies mid-turn is noticed in seconds and the turn retried elsewhere.
+_HEARTBEAT_EVERY = 2.0
+
+
+class AgentActivities:
+    """The activity implementations bound to one agent's model and store."""
+
+    def __init__(self, agent_id: str, model: Model, store: TaskStore) -> None:
+        self.agent_id = agent_id
+        self.model = model
+        self.store = store
+
+    @activity.defn(name=MODEL_TURN)
+    async def model_turn(self, turn: TurnInput) -> TurnOutput:
+        if activity.info().is_local:
+            return await self.model.reply(turn)
+        result: list[TurnOutput] = []
+        async with anyio.create_task_group() as tg:
+
+            async def beat() -> None:
+                while True:
+                    activity.heartbeat()
+                    await anyio.sleep(_HEARTBEAT_EVERY)
+
+            tg.start_soon(beat)
+            result.append(await self.model.reply(turn))
+            tg.cancel_scope.cancel()
+        return result[0]
+
+    @activity.defn(name=STORE_RECORD)
+    def store_record(self, record: TaskRecord) -> None:
+        self.store.put(record)
+
+    @activity.defn(name=HEARTBEAT)
+    def heartbeat(self, agent_id: str) -> None:
+        self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
+
+    def all(self) -> list[object]:
+        return [self.model_turn, self.store_record, self.heartbeat]

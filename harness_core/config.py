@@ -1,0 +1,552 @@
+"""Agent configuration: one TOML file per agent, loaded into frozen attrs classes.
+
+The TOML file is the runtime's only hand-written input, so this module is strict about it: every
+mistake (an unknown key, a value of the wrong type or out of range, a secret written into the
+file) raises :class:`~harness_core.errors.ConfigError` with one line that names the file, the
+dotted key and what is allowed. Values derived from the file (task queue, absolute store and
+database paths, base URL) are properties of :class:`Settings`, so every consumer derives them the
+same way.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+import attrs
+import cattrs
+
+from harness_core.errors import ConfigError
+
+__all__ = [
+    "AgentConfig",
+    "EmbeddedConfig",
+    "HeartbeatConfig",
+    "ModelConfig",
+    "ServerConfig",
+    "Settings",
+    "StoreConfig",
+    "TemporalConfig",
+    "load_settings",
+    "parse_duration",
+    "settings_from_mapping",
+]
+
+_AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+# Only a name is accepted here; anything else is likely the key itself pasted in by mistake.
+_ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
+_DURATION_PATTERN = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h)\s*")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_HINT = 'a duration (seconds or a string like "30s")'
+_NO_FILE = "<settings>"
+_SHOW_LIMIT = 60
+_TOML_KINDS: dict[type, str] = {
+    bool: "boolean",
+    int: "integer",
+    float: "float",
+    str: "string",
+    list: "list",
+}
+
+
+@attrs.frozen
+class AgentConfig:
+    """``[agent]``: who this agent is."""
+
+    id: str = "harness"
+    name: str | None = None  # the card name; None means the id
+    description: str | None = None
+
+
+@attrs.frozen
+class EmbeddedConfig:
+    """``[temporal.embedded]``: the Temporal dev server the runtime starts itself."""
+
+    database_path: Path | None = None  # None means temporal.sqlite3 beside the store
+
+
+@attrs.frozen
+class TemporalConfig:
+    """``[temporal]``: which Temporal service to use and how to reach it."""
+
+    mode: Literal["embedded", "remote"] = "embedded"
+    address: str | None = None  # remote only, "host:port"
+    namespace: str = "default"
+    task_queue: str | None = None  # None means the agent id
+    api_key_env: str | None = None  # remote only: the NAME of the variable holding the key
+    tls: bool | None = None  # remote only; None means on exactly when an API key is configured
+    embedded: EmbeddedConfig = attrs.field(factory=EmbeddedConfig)
+
+
+@attrs.frozen
+class ServerConfig:
+    """``[server]``: the HTTP endpoint that serves the agent."""
+
+    bind: str = "127.0.0.1:8000"  # "HOST:PORT", IPv6 as "[::1]:8000"
+    base_url: str | None = None  # the public URL; None means "http://<bind>"
+    graceful_timeout: float = 5.0  # seconds in-flight work gets on shutdown
+
+
+@attrs.frozen
+class StoreConfig:
+    """``[store]``: where the agent keeps its own state."""
+
+    path: Path | None = None  # None means .harness/<agent id>.sqlite3
+
+
+@attrs.frozen
+class HeartbeatConfig:
+    """``[heartbeat]``: how often the agent reports that it is alive."""
+
+    interval: float = 60.0  # seconds, at least 1
+
+
+@attrs.frozen
+class ModelConfig:
+    """``[model]``: the stand-in model that answers each turn."""
+
+    kind: Literal["echo", "scripted"] = "echo"
+    replies: tuple[str, ...] = ()  # scripted: in order, then the last repeats; empty echoes
+    delay: float = 0.0  # seconds each turn waits before answering
+    local_activity: bool = True  # a local activity skips a task-queue round trip per turn
+    turn_timeout: float = 60.0  # seconds, more than 0
+
+
+@attrs.frozen
+class Settings:
+    """Everything one agent needs, with the values derived from it as properties."""
+
+    agent: AgentConfig = attrs.field(factory=AgentConfig)
+    temporal: TemporalConfig = attrs.field(factory=TemporalConfig)
+    server: ServerConfig = attrs.field(factory=ServerConfig)
+    store: StoreConfig = attrs.field(factory=StoreConfig)
+    heartbeat: HeartbeatConfig = attrs.field(factory=HeartbeatConfig)
+    model: ModelConfig = attrs.field(factory=ModelConfig)
+    # Set by the loader, never read from TOML.
+    source: Path | None = None
+    base_dir: Path = attrs.field(default=Path("."))
+
+    @property
+    def agent_id(self) -> str:
+        """The agent's id."""
+        return self.agent.id
+
+    @property
+    def agent_name(self) -> str:
+        """The name on the agent card: ``agent.name``, else the id."""
+        return self.agent.name if self.agent.name is not None else self.agent.id
+
+    @property
+    def effective_task_queue(self) -> str:
+        """The Temporal task queue: ``temporal.task_queue``, else the agent id."""
+        return self.temporal.task_queue if self.temporal.task_queue is not None else self.agent.id
+
+    @property
+    def store_path(self) -> Path:
+        """The absolute store file: ``store.path``, else ``.harness/<id>.sqlite3``."""
+        configured = self.store.path
+        if configured is None:
+            configured = Path(".harness") / f"{self.agent.id}.sqlite3"
+        return self._absolute(configured)
+
+    @property
+    def database_path(self) -> Path:
+        """The absolute embedded Temporal database, by default beside the store."""
+        configured = self.temporal.embedded.database_path
+        if configured is None:
+            return self.store_path.parent / "temporal.sqlite3"
+        return self._absolute(configured)
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether to reach a remote Temporal over TLS: ``temporal.tls``, else with an API key."""
+        if self.temporal.tls is not None:
+            return self.temporal.tls
+        return self.temporal.api_key_env is not None
+
+    @property
+    def base_url(self) -> str:
+        """The public URL without a trailing slash: ``server.base_url``, else ``http://<bind>``."""
+        if self.server.base_url is not None:
+            return self.server.base_url.rstrip("/")
+        return f"http://{self.server.bind}"
+
+    @property
+    def bind_host(self) -> str:
+        """The host to listen on, without IPv6 brackets."""
+        return self._bind()[0]
+
+    @property
+    def bind_port(self) -> int:
+        """The port to listen on (0 lets the system choose)."""
+        return self._bind()[1]
+
+    def api_key(self) -> str | None:
+        """Read the Temporal API key from the variable ``temporal.api_key_env`` names.
+
+        Returns None when no variable is configured. Raises :class:`ConfigError` naming the
+        variable, never a value, when it is unset or empty.
+        """
+        name = self.temporal.api_key_env
+        if name is None:
+            return None
+        value = os.environ.get(name)
+        if value is None or not value.strip():
+            state = "not set" if value is None else "empty"
+            raise ConfigError(
+                f"{self._label}: environment variable {name} is {state}; it must hold the "
+                "Temporal API key (temporal.api_key_env names it)"
+            )
+        # A trailing newline from `$(cat keyfile)` would otherwise end up in the auth header.
+        return value.strip()
+
+    @property
+    def _label(self) -> str:
+        return str(self.source) if self.source is not None else _NO_FILE
+
+    def _absolute(self, path: Path) -> Path:
+        # abspath rather than resolve(): normalise "..", but keep symlinks the user chose.
+        return Path(os.path.abspath(self.base_dir / path.expanduser()))
+
+    def _bind(self) -> tuple[str, int]:
+        try:
+            return _split_host_port(self.server.bind)
+        except ValueError as exc:
+            raise _bad_value(self._label, "server.bind", self.server.bind, str(exc)) from None
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+_NOT_IN_TOML = frozenset({"source", "base_dir"})
+for _cls in (
+    AgentConfig,
+    EmbeddedConfig,
+    TemporalConfig,
+    ServerConfig,
+    StoreConfig,
+    HeartbeatConfig,
+    ModelConfig,
+    Settings,
+):
+    # The TOML walk below reads field types, which `from __future__ import annotations` leaves
+    # as strings until resolved.
+    attrs.resolve_types(_cls)
+
+
+def load_settings(path: str | os.PathLike[str]) -> Settings:
+    """Read one agent's TOML file; relative paths in it resolve against the file's directory."""
+    label = os.fspath(path)
+    file = Path(path)
+    try:
+        with file.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{label}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{label}: is a directory, not a TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{label}: invalid TOML: {_one_line(str(exc))}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: invalid TOML: the file is not UTF-8 text") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError(f"{label}: cannot read the file: {reason}") from None
+    source = file.resolve()
+    return _build(data, source=source, base_dir=source.parent, label=label)
+
+
+def settings_from_mapping(
+    data: Mapping[str, object], *, source: Path | None = None, base_dir: Path | None = None
+) -> Settings:
+    """Build settings from an already parsed TOML document, with the same checks as a file.
+
+    ``base_dir`` defaults to the directory of ``source``, else the current directory; it is made
+    absolute now so that a later ``chdir`` does not move the store.
+    """
+    if base_dir is None:
+        base_dir = source.parent if source is not None else Path.cwd()
+    label = str(source) if source is not None else _NO_FILE
+    return _build(data, source=source, base_dir=Path(os.path.abspath(base_dir)), label=label)
+
+
+def parse_duration(value: object, *, key: str, source: str) -> float:
+    """Seconds from a number, or from a string such as ``"250ms"``, ``"30s"``, ``"5m"``, ``"1h"``.
+
+    ``key`` and ``source`` only label the error: the dotted key and the file (or ``<settings>``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"{source}: '{key}' must be {_DURATION_HINT}, got {_kind(value)}")
+    if isinstance(value, str):
+        match = _DURATION_PATTERN.fullmatch(value)
+        if match is None:
+            raise _bad_value(
+                source,
+                key,
+                value,
+                'must be a number of seconds or a number with a unit: "250ms", "30s", "5m", "1h"',
+            )
+        seconds = float(match[1]) * _DURATION_UNITS[match[2]]
+    else:
+        try:
+            seconds = float(value)
+        except OverflowError:
+            seconds = math.inf
+    if not math.isfinite(seconds):
+        raise _bad_value(source, key, value, "must be a finite duration")
+    return seconds
+
+
+def _build(
+    data: Mapping[str, object], *, source: Path | None, base_dir: Path, label: str
+) -> Settings:
+    checked = _check_document(data, label)
+    try:
+        settings = _converter.structure(checked, Settings)
+    except cattrs.BaseValidationError as exc:
+        # The walk above should leave nothing for cattrs to refuse; if it does, still one line.
+        details = "; ".join(cattrs.transform_error(exc, path="settings"))
+        raise ConfigError(f"{label}: {_one_line(details)}") from None
+    settings = attrs.evolve(settings, source=source, base_dir=base_dir)
+    _validate(settings, label)
+    return settings
+
+
+def _check_document(data: Mapping[str, object], label: str) -> dict[str, object]:
+    sections = _toml_fields(Settings)
+    checked: dict[str, object] = {}
+    for name, value in data.items():
+        section = sections.get(name)
+        if section is None:
+            allowed = ", ".join(sections)
+            raise ConfigError(f"{label}: unknown section '{name}' (allowed: {allowed})")
+        checked[name] = _check_value(value, section.type, name, label)
+    return checked
+
+
+def _check_table(
+    value: object, cls: type[attrs.AttrsInstance], key: str, label: str
+) -> dict[str, object]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{label}: '{key}' must be a table ([{key}]), got {_kind(value)}")
+    table = typing.cast(Mapping[str, object], value)
+    fields = _toml_fields(cls)
+    if key == "temporal" or key.startswith("temporal."):
+        # Checked before unknown keys so that the user learns where the secret belongs instead.
+        for name in table:
+            if name.lower().replace("-", "_") in {"api_key", "apikey"}:
+                raise ConfigError(
+                    f"{label}: '{key}.{name}' is refused: never write the API key into the file; "
+                    "put it in an environment variable and name that variable in "
+                    'temporal.api_key_env (e.g. api_key_env = "TEMPORAL_API_KEY")'
+                )
+    checked: dict[str, object] = {}
+    for name, item in table.items():
+        field = fields.get(name)
+        if field is None:
+            allowed = ", ".join(fields)
+            raise ConfigError(
+                f"{label}: unknown key '{key}.{name}' (allowed in [{key}]: {allowed})"
+            )
+        checked[name] = _check_value(item, field.type, f"{key}.{name}", label)
+    return checked
+
+
+def _check_value(value: object, annotation: object, key: str, label: str) -> object:
+    """Check one TOML value against its field's type, returning what cattrs should structure.
+
+    cattrs alone would coerce (``str(5)``, ``float("5")``) where the user deserves an error.
+    """
+    if typing.get_origin(annotation) in (types.UnionType, typing.Union):
+        # TOML has no null, so the None in an optional field can never be written.
+        (annotation,) = (arg for arg in typing.get_args(annotation) if arg is not type(None))
+    origin = typing.get_origin(annotation)
+    if isinstance(annotation, type) and attrs.has(annotation):
+        return _check_table(value, annotation, key, label)
+    if origin is Literal:
+        choices = typing.get_args(annotation)
+        allowed = ", ".join(f'"{choice}"' for choice in choices)
+        if not isinstance(value, str):
+            raise ConfigError(f"{label}: '{key}' must be one of {allowed}, got {_kind(value)}")
+        if value not in choices:
+            raise _bad_value(label, key, value, f"must be one of {allowed}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise ConfigError(f"{label}: '{key}' must be a list of strings, got {_kind(value)}")
+        items = typing.cast(list[object], value)
+        for index, item in enumerate(items):
+            if not isinstance(item, str):
+                raise ConfigError(f"{label}: '{key}[{index}]' must be a string, got {_kind(item)}")
+        return items
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{label}: '{key}' must be a string, got {_kind(value)}")
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{label}: '{key}' must be true or false, got {_kind(value)}")
+        return value
+    if annotation is float:
+        # Every float in the schema is a duration in seconds.
+        return parse_duration(value, key=key, source=label)
+    if annotation is Path:
+        if not isinstance(value, str):
+            raise ConfigError(f"{label}: '{key}' must be a path string, got {_kind(value)}")
+        if not value.strip():
+            raise _bad_value(label, key, value, "must not be empty; leave it out for the default")
+        return value
+    raise TypeError(f"config.py has no TOML rule for {annotation!r} ({key})")
+
+
+def _validate(settings: Settings, label: str) -> None:
+    """Check the values that have the right type but a wrong value, or clash with each other."""
+    agent, temporal, server = settings.agent, settings.temporal, settings.server
+    model = settings.model
+
+    if re.fullmatch(_AGENT_ID_PATTERN, agent.id) is None:
+        raise _bad_value(
+            label,
+            "agent.id",
+            agent.id,
+            f"must match {_AGENT_ID_PATTERN} (lowercase letters, digits and '-')",
+        )
+    if agent.name is not None and not agent.name.strip():
+        raise _bad_value(label, "agent.name", agent.name, "must not be blank; leave it out")
+
+    if not temporal.namespace.strip():
+        raise _bad_value(label, "temporal.namespace", temporal.namespace, "must not be blank")
+    if temporal.task_queue is not None and not temporal.task_queue.strip():
+        raise _bad_value(
+            label, "temporal.task_queue", temporal.task_queue, "must not be blank; leave it out"
+        )
+    if temporal.api_key_env is not None and not re.fullmatch(
+        _ENV_NAME_PATTERN, temporal.api_key_env
+    ):
+        # Deliberately no value in the message: a malformed "name" may be the key itself.
+        raise ConfigError(
+            f"{label}: 'temporal.api_key_env' must be the name of an environment variable "
+            "(letters, digits and '_', not starting with a digit), not the key itself"
+        )
+    if temporal.mode == "embedded":
+        remote_only = {
+            "address": temporal.address,
+            "api_key_env": temporal.api_key_env,
+            "tls": temporal.tls,
+        }
+        for name, value in remote_only.items():
+            if value is not None:
+                raise ConfigError(
+                    f"{label}: 'temporal.{name}' is only allowed when "
+                    'temporal.mode = "remote" (mode is "embedded")'
+                )
+    else:
+        if temporal.embedded.database_path is not None:
+            raise ConfigError(
+                f"{label}: 'temporal.embedded.database_path' is only allowed when "
+                'temporal.mode = "embedded" (mode is "remote")'
+            )
+        if temporal.address is None:
+            raise ConfigError(
+                f"{label}: 'temporal.address' is required when temporal.mode = \"remote\" "
+                '("HOST:PORT", e.g. "my-namespace.a1b2c.tmprl.cloud:7233")'
+            )
+        try:
+            _split_host_port(temporal.address)
+        except ValueError as exc:
+            raise _bad_value(label, "temporal.address", temporal.address, str(exc)) from None
+
+    try:
+        _split_host_port(server.bind)
+    except ValueError as exc:
+        raise _bad_value(label, "server.bind", server.bind, str(exc)) from None
+    if server.base_url is not None:
+        problem = _url_problem(server.base_url)
+        if problem is not None:
+            raise _bad_value(label, "server.base_url", server.base_url, problem)
+    if server.graceful_timeout < 0:
+        raise _bad_duration(label, "server.graceful_timeout", server.graceful_timeout, "be >= 0")
+
+    if settings.heartbeat.interval < 1:
+        raise _bad_duration(
+            label, "heartbeat.interval", settings.heartbeat.interval, "be at least 1 second"
+        )
+
+    if model.delay < 0:
+        raise _bad_duration(label, "model.delay", model.delay, "be >= 0")
+    if model.turn_timeout <= 0:
+        raise _bad_duration(label, "model.turn_timeout", model.turn_timeout, "be more than 0")
+    if model.kind != "scripted" and model.replies:
+        raise ConfigError(
+            f"{label}: 'model.replies' is only used when model.kind = \"scripted\" "
+            f'(kind is "{model.kind}")'
+        )
+
+
+def _split_host_port(text: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` to its parts; ValueError says what is wrong."""
+    shape = 'must be "HOST:PORT", e.g. "127.0.0.1:8000" (IPv6 as "[::1]:8000")'
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if not rest.startswith(":"):
+            raise ValueError(shape)
+        port = rest[1:]
+    else:
+        host, _, port = text.rpartition(":")
+        if ":" in host:
+            raise ValueError('an IPv6 host goes in brackets, e.g. "[::1]:8000"')
+    if not host or any(char.isspace() for char in host) or not re.fullmatch(r"[0-9]+", port):
+        raise ValueError(shape)
+    number = int(port)
+    if number > 65535:
+        raise ValueError("the port must be 0..65535")
+    return host, number
+
+
+def _url_problem(url: str) -> str | None:
+    shape = 'must be an http(s) URL with a host, e.g. "https://agents.example.com"'
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises on a port that is not a number in range
+    except ValueError:
+        return shape
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return shape
+    if parts.query or parts.fragment or any(char.isspace() for char in url):
+        return f"{shape}, without query, fragment or spaces"
+    return None
+
+
+def _toml_fields(cls: type[attrs.AttrsInstance]) -> dict[str, attrs.Attribute[object]]:
+    fields: tuple[attrs.Attribute[object], ...] = attrs.fields(cls)
+    return {field.name: field for field in fields if field.name not in _NOT_IN_TOML}
+
+
+def _bad_value(label: str, key: str, value: object, why: str) -> ConfigError:
+    return ConfigError(f"{label}: '{key}' is {_show(value)}: {why}")
+
+
+def _bad_duration(label: str, key: str, seconds: float, why: str) -> ConfigError:
+    return ConfigError(f"{label}: '{key}' is {seconds:g}s: must {why}")
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 3] + "..."
+
+
+def _kind(value: object) -> str:
+    """The TOML name of a value's type, for "got ..." in messages."""
+    if isinstance(value, Mapping):
+        return "table"
+    return _TOML_KINDS.get(type(value), type(value).__name__)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,170 @@
+"""``HarnessGroup``: several agents in one process, as one nursery.
+
+``run`` claims every agent's id, queue and store file (a clash raises before any connection), then
+starts each agent as a child task in order and, on cancellation, stops them one by one in reverse.
+``serve`` adds the HTTP server: Hypercorn on the configured bind until cancelled or until SIGINT or
+SIGTERM, which stop accepting, let in-flight requests finish within the grace period, then stop the
+agents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from harness_core.claims import claims
+from harness_core.errors import (
+    HarnessAlreadyStartedError,
+    HarnessConflictError,
+    HarnessError,
+    HarnessStoppedError,
+)
+from harness_core.harness import Harness
+
+if TYPE_CHECKING:
+    from harness_asgi.app import HarnessApp
+
+__all__ = ["HarnessGroup"]
+
+log = logging.getLogger("harness")
+
+
+class HarnessGroup:
+    """Several agents run together; a group of one behaves exactly like the agent alone.
+
+    Entry points: ``async with group``, ``await task_group.start(group.run)``,
+    ``anyio.run(group.serve)`` (add ``backend="trio"`` for Trio) and ``group.lifespan``.
+    """
+
+    def __init__(self, *harnesses: Harness, bind: str | None = None) -> None:
+        if not harnesses:
+            raise HarnessError("a HarnessGroup needs at least one Harness")
+        ids = [h.agent_id for h in harnesses]
+        for agent_id in ids:
+            if ids.count(agent_id) > 1:
+                raise HarnessConflictError(
+                    f"agent id {agent_id!r} appears twice in this group "
+                    "(agents in one process need their own id)"
+                )
+        self.harnesses = harnesses
+        self.bind = bind or harnesses[0].settings.server.bind
+        self._running = False
+        self._ran = False
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._tg: TaskGroup | None = None
+
+    def harness(self, agent_id: str) -> Harness:
+        for h in self.harnesses:
+            if h.agent_id == agent_id:
+                return h
+        raise KeyError(agent_id)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run every agent until cancelled. Ready once every agent is ready.
+
+        If an agent fails to start, the agents already started are stopped in reverse and the error
+        propagates. On cancellation the agents stop in reverse order, each fully before the next.
+        """
+        if self._running:
+            raise HarnessAlreadyStartedError("this HarnessGroup is already running")
+        if self._ran:
+            raise HarnessStoppedError("this HarnessGroup has stopped; create a new one to run again")
+        self._running = self._ran = True
+        try:
+            with contextlib.ExitStack() as held:
+                for h in self.harnesses:
+                    held.enter_context(claims.hold(h.settings, f"the harness of agent {h.agent_id!r}"))
+                async with anyio.create_task_group() as tg:
+                    started: list[Harness] = []
+                    try:
+                        for h in self.harnesses:
+                            await tg.start(h.run_agent)
+                            started.append(h)
+                        task_status.started()
+                        await anyio.sleep_forever()
+                    finally:
+                        with anyio.CancelScope(shield=True):
+                            for h in reversed(started):
+                                await h.stop_agent()
+        finally:
+            self._running = False
+
+    async def __aenter__(self) -> HarnessGroup:
+        stack = contextlib.AsyncExitStack()
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        try:
+            await tg.start(self.run)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack, self._tg = stack, tg
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        stack, tg = self._stack, self._tg
+        self._stack = self._tg = None
+        if stack is None or tg is None:
+            return
+        tg.cancel_scope.cancel()
+        await stack.aclose()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: object = None) -> AsyncIterator[None]:
+        """A Starlette/FastAPI lifespan that runs the group while the host app runs."""
+        async with self:
+            yield
+
+    def asgi_app(self) -> HarnessApp:
+        """The HTTP face of the group's first agent (tenant routing comes with a later release)."""
+        return self.harnesses[0].asgi_app()
+
+    async def serve(
+        self, *, task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Start the agents, then serve HTTP with Hypercorn on ``bind`` until cancelled or signalled.
+
+        Ready (``task_status.started((host, port))``) once the socket listens. SIGINT and SIGTERM
+        (when called from the main thread) stop accepting connections, let in-flight requests finish
+        within ``[server] graceful_timeout``, then stop the agents in reverse; ``serve`` returns.
+        """
+        from harness_asgi.serve import serve_http
+
+        if len(self.harnesses) > 1:
+            app = _group_app(self)
+        else:
+            app = self.asgi_app()
+        graceful = max(h.settings.server.graceful_timeout for h in self.harnesses)
+        stop = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.run)
+            if threading.current_thread() is threading.main_thread():
+                tg.start_soon(_stop_on_signal, stop)
+            async with anyio.create_task_group() as http:
+                address = await http.start(serve_http, app, self.bind, graceful, stop.wait)
+                for h in self.harnesses:
+                    h.bound(*address)
+                log.info("serving %d agent(s) on http://%s:%d", len(self.harnesses), *address)
+                task_status.started(address)
+            # Hypercorn has shut down gracefully (after a signal): now stop the agents.
+            tg.cancel_scope.cancel()
+
+
+async def _stop_on_signal(stop: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            stop.set()
+            return
+
+
+def _group_app(group: HarnessGroup) -> HarnessApp:
+    from harness_asgi.app import group_app
+
+    return group_app(group)

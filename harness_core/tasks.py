@@ -1,0 +1,325 @@
+"""One agent's tasks, as the HTTP layer sees them: send, read, follow, list and cancel.
+
+Backend-neutral: every Temporal call goes through the bridge. Running tasks are read from their
+workflows; ended tasks from the agent's store (their workflow may be gone, or in another process's
+retention), so a task stays readable after it ended and after a restart.
+
+A first message (no task id) gets a task id derived from the agent, the participant and the message id,
+so a client that retries it reaches the same workflow: the start itself is idempotent, and the
+workflow's dedupe by message id makes the delivery idempotent too.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
+
+import anyio
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from harness_core.errors import (
+    InvalidRequestValueError,
+    TaskClosedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+)
+from harness_core.payloads import (
+    TERMINAL_STATES,
+    EventPage,
+    Inbound,
+    ProtoJSON,
+    Receipt,
+    TaskRecord,
+    TaskStart,
+    TaskView,
+)
+from harness_core.pool import TemporalConnection
+from harness_core.store import TaskStore
+from harness_core.workflows import CLOSED_TASK, TaskWorkflow, task_closed_message
+
+__all__ = ["TaskService", "derive_task_id"]
+
+T = TypeVar("T")
+
+_LIST_RUNNING_LIMIT = 1000
+
+
+def derive_task_id(agent_id: str, participant: str | None, message_id: str) -> str:
+    """The id of the task a first message starts: the same for a retry of the same message."""
+    digest = hashlib.sha256(f"{agent_id}\0{participant or ''}\0{message_id}".encode()).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=4))
+
+
+def _not_found(exc: RPCError) -> bool:
+    return exc.status == RPCStatusCode.NOT_FOUND
+
+
+def _view_of(record: TaskRecord) -> TaskView:
+    return TaskView(
+        task=record.task,
+        last_seq=len(record.events),
+        closed=True,
+        participants=record.participants,
+    )
+
+
+def _quote(value: str) -> str:
+    """A string literal for a Temporal visibility query."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class TaskService:
+    """The operations on one agent's tasks. Cancellation of a caller cancels its Temporal call."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        queue: str,
+        connection: TemporalConnection,
+        store: TaskStore,
+        local_activity: bool,
+        turn_timeout: float,
+    ) -> None:
+        self.agent_id = agent_id
+        self.queue = queue
+        self._connection = connection
+        self._store = store
+        self._local_activity = local_activity
+        self._turn_timeout = turn_timeout
+
+    async def _call(self, fn: Callable[[Client], Awaitable[T]]) -> T:
+        client = self._connection.client
+
+        async def run() -> T:
+            return await fn(client)
+
+        return await self._connection.bridge.call(run)
+
+    async def _record(self, task_id: str) -> TaskRecord | None:
+        return await anyio.to_thread.run_sync(self._store.get, task_id)
+
+    # -- send -------------------------------------------------------------------------------------
+
+    async def send(self, message: ProtoJSON, *, participant: str | None, wait: bool) -> Receipt:
+        """Deliver a user message: to its task when it names one, else to a new task.
+
+        With ``wait``, return once the task has settled after this message (completed, failed,
+        canceled, or waiting for input). Raises ``TaskNotFoundError`` for an unknown task id and
+        ``TaskClosedError`` for a message to an ended task (a retry of a message the task already
+        has is not an error: it gets the task as it is).
+        """
+        message_id = str(message.get("messageId", ""))
+        inbound = Inbound(message=message, participant=participant, wait=wait)
+        task_id = str(message.get("taskId") or "")
+        if task_id:
+            return await self._deliver_existing(task_id, message_id, inbound)
+        task_id = derive_task_id(self.agent_id, participant, message_id)
+        context_id = str(message.get("contextId") or "") or str(uuid.uuid5(uuid.NAMESPACE_URL, task_id))
+        start = TaskStart(
+            task_id=task_id,
+            context_id=context_id,
+            agent_id=self.agent_id,
+            local_activity=self._local_activity,
+            turn_timeout=self._turn_timeout,
+        )
+        operation = WithStartWorkflowOperation(
+            TaskWorkflow.run,
+            start,
+            id=task_id,
+            task_queue=self.queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            # A task id is never reused: a retry after the task ended must find it, not restart it.
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+        try:
+            return await self._call(
+                lambda c: c.execute_update_with_start_workflow(
+                    TaskWorkflow.deliver, inbound, start_workflow_operation=operation
+                )
+            )
+        except WorkflowAlreadyStartedError:
+            return await self._closed_receipt(task_id, message_id)
+        except WorkflowUpdateFailedError as exc:
+            raise self._update_error(exc) from None
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.ALREADY_EXISTS or _not_found(exc):
+                return await self._closed_receipt(task_id, message_id)
+            raise
+
+    async def _deliver_existing(self, task_id: str, message_id: str, inbound: Inbound) -> Receipt:
+        try:
+            return await self._call(
+                lambda c: c.get_workflow_handle(task_id).execute_update(
+                    TaskWorkflow.deliver, inbound
+                )
+            )
+        except WorkflowUpdateFailedError as exc:
+            raise self._update_error(exc) from None
+        except RPCError as exc:
+            if not _not_found(exc):
+                raise
+            return await self._closed_receipt(task_id, message_id)
+
+    async def _closed_receipt(self, task_id: str, message_id: str) -> Receipt:
+        """The answer for a message to a task whose workflow has ended (or never existed)."""
+        record = await self._record(task_id)
+        if record is None:
+            raise TaskNotFoundError(f"task {task_id} not found")
+        if message_id in record.message_ids:
+            return Receipt(duplicate=True, cursor=len(record.events), view=_view_of(record))
+        raise TaskClosedError(task_closed_message(task_id, record.state))
+
+    @staticmethod
+    def _update_error(exc: WorkflowUpdateFailedError) -> Exception:
+        cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == "TaskClosed":
+            return TaskClosedError(str(cause.message))
+        if isinstance(cause, ApplicationError) and CLOSED_TASK in str(cause.message):
+            return TaskClosedError(str(cause.message))
+        return exc
+
+    # -- read -------------------------------------------------------------------------------------
+
+    async def view(self, task_id: str) -> TaskView | None:
+        """The task as it is now, or None when this agent has no such task."""
+        record = await self._record(task_id)
+        if record is not None:
+            return _view_of(record)
+        try:
+            return await self._call(
+                lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.view)
+            )
+        except RPCError as exc:
+            if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
+                return None
+            raise
+
+    async def events(self, task_id: str, after: int) -> EventPage | None:
+        """Events after ``after`` without waiting, or None when this agent has no such task."""
+        record = await self._record(task_id)
+        if record is not None:
+            return EventPage(events=record.events[max(after, 0) :], view=_view_of(record))
+        try:
+            return await self._call(
+                lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.events, after)
+            )
+        except RPCError as exc:
+            if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
+                return None
+            raise
+
+    async def follow(self, task_id: str, after: int) -> EventPage:
+        """Wait for events after ``after`` (or for the task to settle) and return them."""
+        try:
+            return await self._call(
+                lambda c: c.get_workflow_handle(task_id).execute_update(TaskWorkflow.follow, after)
+            )
+        except RPCError as exc:
+            if not _not_found(exc):
+                raise
+        # The workflow ended between two follows: the rest of the log is in the record.
+        page = await self.events(task_id, after)
+        if page is None:
+            raise TaskNotFoundError(f"task {task_id} not found")
+        return page
+
+    async def list(
+        self, *, context_id: str = "", state: str = "", page_size: int = 50, page_token: str = ""
+    ) -> tuple[list[TaskView], str, int]:
+        """Tasks newest first: running ones from Temporal, ended ones from the store.
+
+        Returns the page, the next page's token ('' at the end) and the number of matching tasks.
+        """
+        offset = _decode_token(page_token)
+        running = await self._running_views()
+        running = [
+            v
+            for v in running
+            if (not context_id or v.task.get("contextId") == context_id)
+            and (not state or v.task.get("status", {}).get("state") == state)
+        ]
+        running.sort(key=lambda v: str(v.task.get("status", {}).get("timestamp", "")), reverse=True)
+        page: list[TaskView] = running[offset : offset + page_size]
+        store_offset = max(0, offset - len(running))
+        records, stored_total = await anyio.to_thread.run_sync(
+            lambda: self._store.list(
+                context_id=context_id,
+                state=state,
+                limit=page_size - len(page),
+                offset=store_offset,
+            )
+        )
+        page.extend(_view_of(r) for r in records)
+        total = len(running) + stored_total
+        end = offset + len(page)
+        return page, (_encode_token(end) if end < total else ""), total
+
+    async def _running_views(self) -> list[TaskView]:
+        query = (
+            f"WorkflowType = 'TaskWorkflow' AND TaskQueue = {_quote(self.queue)} "
+            "AND ExecutionStatus = 'Running'"
+        )
+
+        async def ids(client: Client) -> list[str]:
+            found: list[str] = []
+            async for execution in client.list_workflows(query, limit=_LIST_RUNNING_LIMIT):
+                found.append(execution.id)
+            return found
+
+        task_ids = await self._call(ids)
+        views: list[TaskView] = []
+
+        async def one(task_id: str) -> None:
+            view = await self.view(task_id)
+            if view is not None:
+                views.append(view)
+
+        async with anyio.create_task_group() as tg:
+            for task_id in task_ids:
+                tg.start_soon(one, task_id)
+        return views
+
+    # -- cancel -----------------------------------------------------------------------------------
+
+    async def cancel(self, task_id: str) -> TaskView:
+        """Cancel a task and return it once it has ended (CANCELED).
+
+        Raises ``TaskNotFoundError`` or ``TaskNotCancelableError`` (the task has already ended).
+        """
+        view = await self.view(task_id)
+        if view is None:
+            raise TaskNotFoundError(f"task {task_id} not found")
+        if view.closed or view.task.get("status", {}).get("state") in TERMINAL_STATES:
+            raise TaskNotCancelableError(f"task {task_id} has already ended")
+
+        async def cancel_and_wait(client: Client) -> TaskRecord:
+            handle = client.get_workflow_handle(task_id, result_type=TaskRecord)
+            await handle.signal(TaskWorkflow.cancel)
+            return await handle.result(rpc_timeout=timedelta(seconds=60))
+
+        record = await self._call(cancel_and_wait)
+        return _view_of(record)
+
+
+def _encode_token(offset: int) -> str:
+    return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode()
+
+
+def _decode_token(token: str) -> int:
+    if not token:
+        return 0
+    try:
+        text = base64.urlsafe_b64decode(token.encode()).decode()
+        if text.startswith("o:") and text[2:].isdigit():
+            return int(text[2:])
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise InvalidRequestValueError("pageToken is not a token this server returned")

@@ -1,0 +1,126 @@
+"""An agent's Temporal worker and heartbeat schedule, as child tasks of its harness.
+
+The worker polls only the agent's own task queue. It is stopped with ``Worker.shutdown()`` (graceful:
+polling stops, running activities get ``graceful_timeout`` to finish), never by cancelling ``run()``,
+because a second cancellation would interrupt the shutdown itself (temporalio's ``run`` docstring).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import anyio
+from anyio.abc import TaskStatus
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    SchedulePolicy,
+    ScheduleOverlapPolicy,
+    ScheduleSpec,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+)
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from harness_core.activities import AgentActivities
+from harness_core.pool import TemporalConnection
+from harness_core.workflows import HeartbeatWorkflow, TaskWorkflow
+
+__all__ = ["heartbeat_schedule_id", "run_worker", "sync_heartbeat_schedule"]
+
+log = logging.getLogger("harness.worker")
+
+# Payload classes and their converter cross the sandbox unchanged: re-importing them per workflow run
+# would grow cattrs' caches without bound (shared/reference/temporal-latency.md).
+_RUNNER = SandboxedWorkflowRunner(
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(
+        "harness_core", "attrs", "cattrs"
+    )
+)
+
+
+async def run_worker(
+    connection: TemporalConnection,
+    queue: str,
+    activities: AgentActivities,
+    *,
+    graceful_timeout: float,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run the agent's worker until cancelled, then shut it down gracefully.
+
+    Ready (``task_status.started()``) once the worker is constructed and its run has begun. If the
+    worker fails, the exception propagates and cancels the harness.
+    """
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"harness-{queue}") as executor:
+
+        async def build() -> Worker:
+            return Worker(
+                connection.client,
+                task_queue=queue,
+                workflows=[TaskWorkflow, HeartbeatWorkflow],
+                activities=activities.all(),
+                activity_executor=executor,
+                workflow_runner=_RUNNER,
+                graceful_shutdown_timeout=timedelta(seconds=graceful_timeout),
+            )
+
+        worker = await connection.bridge.call(build)
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                # Shielded: the worker stops through shutdown() below, not through cancellation.
+                with anyio.CancelScope(shield=True):
+                    await connection.bridge.call(worker.run)
+
+            tg.start_soon(run)
+            task_status.started()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await connection.bridge.call(worker.shutdown)
+
+
+def heartbeat_schedule_id(agent_id: str) -> str:
+    """``harness-heartbeat`` for the default agent, ``harness-heartbeat-<id>`` for the others."""
+    return "harness-heartbeat" if agent_id == "harness" else f"harness-heartbeat-{agent_id}"
+
+
+async def sync_heartbeat_schedule(
+    connection: TemporalConnection, agent_id: str, queue: str, interval: float
+) -> None:
+    """Make the agent's heartbeat schedule match its configuration: create it, or update it.
+
+    The schedule is left in place when the agent stops: schedules are durable, and other processes may
+    still serve the agent.
+    """
+    schedule_id = heartbeat_schedule_id(agent_id)
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            HeartbeatWorkflow.run,
+            agent_id,
+            id=f"{schedule_id}-run",
+            task_queue=queue,
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval))]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+    )
+
+    async def sync() -> None:
+        try:
+            await connection.client.create_schedule(schedule_id, schedule)
+        except ScheduleAlreadyRunningError:
+
+            def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
+                return ScheduleUpdate(schedule=schedule)
+
+            await connection.client.get_schedule_handle(schedule_id).update(replace)
+
+    await connection.bridge.call(sync)
+    log.debug("heartbeat schedule %s every %ss on %s", schedule_id, interval, queue)
