@@ -7,6 +7,7 @@ runner has no ``task_status``).
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -47,7 +48,7 @@ async def serve_http(
         config.bind = [f"fd://{os.dup(sock.fileno())}"]
         config.graceful_timeout = graceful_timeout
         config.accesslog = None
-        config.errorlog = "-"
+        config.errorlog = logging.getLogger("hypercorn.error")
         actual = sock.getsockname()
         if sniffio.current_async_library() == "trio":
             from hypercorn.trio import serve

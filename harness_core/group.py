@@ -13,7 +13,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -143,11 +143,19 @@ class HarnessGroup:
         graceful = max(h.settings.server.graceful_timeout for h in self.harnesses)
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
-            await tg.start(self.run)
+            serving = False
+
+            def on_signal() -> None:
+                stop.set()
+                if not serving:  # still starting: there are no requests to drain
+                    tg.cancel_scope.cancel()
+
             if threading.current_thread() is threading.main_thread():
-                tg.start_soon(_stop_on_signal, stop)
+                await tg.start(_watch_signals, on_signal)
+            await tg.start(self.run)
             async with anyio.create_task_group() as http:
                 address = await http.start(serve_http, app, self.bind, graceful, stop.wait)
+                serving = True
                 for h in self.harnesses:
                     h.bound(*address)
                 log.info("serving %d agent(s) on http://%s:%d", len(self.harnesses), *address)
@@ -156,12 +164,14 @@ class HarnessGroup:
             tg.cancel_scope.cancel()
 
 
-async def _stop_on_signal(stop: anyio.Event) -> None:
+async def _watch_signals(
+    on_signal: Callable[[], None], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
         async for signum in signals:
             log.info("received %s, shutting down", signal.Signals(signum).name)
-            stop.set()
-            return
+            on_signal()
 
 
 def _group_app(group: HarnessGroup) -> HarnessApp:

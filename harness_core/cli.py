@@ -1,0 +1,123 @@
+"""The ``harness`` command: ``serve`` a fleet of agents, or ``check`` their configuration.
+
+Configuration errors print one line (no traceback) and exit 2; a failure to start prints one line and
+exits 1; SIGINT or SIGTERM stop a running ``serve`` cleanly with exit code 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+from collections.abc import Sequence
+from functools import partial
+
+import anyio
+
+from harness_core.claims import claims
+from harness_core.config import Settings, load_settings
+from harness_core.errors import ConfigError, HarnessConflictError, HarnessError
+from harness_core.group import HarnessGroup
+from harness_core.harness import Harness
+
+__all__ = ["main"]
+
+log = logging.getLogger("harness")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harness", description="Run durable A2A agents on Temporal."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run agents and serve them over HTTP")
+    serve.add_argument("configs", nargs="+", metavar="CONFIG", help="one TOML file per agent")
+    serve.add_argument("--bind", metavar="HOST:PORT", help="override [server] bind")
+    serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    serve.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")
+    )
+    check = commands.add_parser("check", help="validate configuration and print what would run")
+    check.add_argument("configs", nargs="+", metavar="CONFIG")
+    return parser
+
+
+def _load(paths: Sequence[str]) -> list[Settings]:
+    settings = [load_settings(p) for p in paths]
+    # The same clashes the group refuses at start, found without starting anything.
+    with contextlib.ExitStack() as held:
+        for s, path in zip(settings, paths, strict=True):
+            held.enter_context(claims.hold(s, f"{path}"))
+    return settings
+
+
+def describe(settings: Settings) -> str:
+    """What ``serve`` would run for one agent, in a few lines (no secrets)."""
+    t = settings.temporal
+    if t.mode == "embedded":
+        temporal = f"embedded dev server, database {settings.database_path}"
+    else:
+        key = f", API key from ${t.api_key_env}" if t.api_key_env else ""
+        temporal = f"remote {t.address}{key}"
+    lines = [
+        f"agent {settings.agent_id} ({settings.agent_name})",
+        f"  temporal: {temporal}, namespace {t.namespace}, task queue "
+        f"{settings.effective_task_queue}",
+        f"  store:    {settings.store_path}",
+        f"  http:     {settings.server.bind}, public URL {settings.base_url}",
+        f"  model:    {settings.model.kind}",
+    ]
+    return "\n".join(lines)
+
+
+def _check(paths: Sequence[str]) -> int:
+    for settings in _load(paths):
+        print(describe(settings))
+    print(f"ok: {len(paths)} agent(s)")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, args.log_level),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = _load(args.configs)
+    group = HarnessGroup(*(Harness(s) for s in settings), bind=args.bind)
+    anyio.run(partial(group.serve), backend=args.backend)
+    log.info("stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            return _check(args.configs)
+        return _serve(args)
+    except (ConfigError, HarnessConflictError) as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 2
+    except HarnessError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BaseExceptionGroup as group:  # a start failure inside the group's task group
+        first = _first_leaf(group)
+        if isinstance(first, HarnessError):
+            print(f"harness: {first}", file=sys.stderr)
+            return 2 if isinstance(first, ConfigError | HarnessConflictError) else 1
+        raise
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]  # pyright: ignore[reportUnknownVariableType,reportUnknownMemberType]
+    return exc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
