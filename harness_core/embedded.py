@@ -435,18 +435,30 @@ def _free_port() -> int:
 def _secure_database_files(database: Path) -> None:
     # The umask covers files the server creates; this also covers a database created before.
     for suffix in _DATABASE_SUFFIXES:
-        with contextlib.suppress(FileNotFoundError):
-            _sibling(database, suffix).chmod(0o600)
+        path = _sibling(database, suffix)
+        try:
+            path.chmod(0o600)
+        except FileNotFoundError:
+            pass  # the WAL and shm files exist only while the database is open in WAL mode
+        except OSError as error:
+            # The server runs fine; refusing to serve over file modes would help no one.
+            _log.warning("cannot make %s private (mode 0o600): %s", path, error.strerror or error)
 
 
 def _write_state(state_path: Path, *, pid: int, port: int, database: Path) -> None:
     text = json.dumps({"pid": pid, "port": port, "database": str(database)})
     temporary = _sibling(state_path, ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as file:
-        file.write(text)
-    # Atomic, so that a host killed mid-write never leaves half a file for the next start.
-    temporary.replace(state_path)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+        # Atomic, so that a host killed mid-write never leaves half a file for the next start.
+        temporary.replace(state_path)
+    except OSError as error:
+        raise EmbeddedTemporalError(
+            f"cannot write the state file {state_path} of the Temporal database {database}: "
+            f"{error.strerror or error}"
+        ) from error
 
 
 def _read_state_pid(state_path: Path) -> int | None:

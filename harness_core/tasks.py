@@ -130,21 +130,25 @@ class TaskService:
             local_activity=self._local_activity,
             turn_timeout=self._turn_timeout,
         )
-        operation = WithStartWorkflowOperation(
-            TaskWorkflow.run,
-            start,
-            id=task_id,
-            task_queue=self.queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            # A task id is never reused: a retry after the task ended must find it, not restart it.
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        )
-        try:
-            return await self._call(
-                lambda c: c.execute_update_with_start_workflow(
-                    TaskWorkflow.deliver, inbound, start_workflow_operation=operation
-                )
+
+        async def update_with_start(client: Client) -> Receipt:
+            # Built on the Temporal loop: the operation holds an asyncio future.
+            operation = WithStartWorkflowOperation(
+                TaskWorkflow.run,
+                start,
+                id=task_id,
+                task_queue=self.queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                # A task id is never reused: a retry after the task ended must find it, not
+                # start it again.
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
+            return await client.execute_update_with_start_workflow(
+                TaskWorkflow.deliver, inbound, start_workflow_operation=operation
+            )
+
+        try:
+            return await self._call(update_with_start)
         except WorkflowAlreadyStartedError:
             return await self._closed_receipt(task_id, message_id)
         except WorkflowUpdateFailedError as exc:

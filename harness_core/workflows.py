@@ -219,7 +219,8 @@ class TaskWorkflow:
                 return
             try:
                 output = await handle
-            except ActivityError:
+            except (ActivityError, ApplicationError):
+                # A local activity's final failure arrives as the ApplicationError itself.
                 workflow.logger.warning("model turn %d of task %s failed", self._turns, start.task_id)
                 output = TurnOutput("the agent could not complete this task", action="fail")
             self._apply(output)

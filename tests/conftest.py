@@ -1,0 +1,148 @@
+"""Shared fixtures: one Temporal dev server per test session, agents on loopback, a2a-sdk clients.
+
+Most tests run their agents in ``remote`` mode against the session's dev server (started exactly as
+the embedded default starts it), so each test pays for a worker, not for a dev server. The embedded
+path itself is tested on its own (``test_embedded.py``, the CLI and crash-recovery tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types import Message, Part, Role
+
+from harness_core import Harness, HarnessGroup, Model, Settings, settings_from_mapping
+from harness_core.embedded import find_temporal_binary
+
+_READY = re.compile(r"^Temporal Server:\s+\S+", re.MULTILINE)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A dev server for the whole session, with the embedded default's settings (in memory)."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("temporal") / "server.log"
+    command = [
+        str(find_temporal_binary()),
+        "server",
+        "start-dev",
+        "--headless",
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warn",
+        "--dynamic-config-value",
+        "history.transferProcessorMaxPollRPS=1000",
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not _READY.search(log_path.read_text(errors="replace")):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the test dev server did not start: {log_path.read_text()}")
+            time.sleep(0.05)  # an external process: polling its log is the only signal
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def unique_id(prefix: str = "t") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def agent_settings(
+    base_dir: Path, address: str, agent_id: str | None = None, **sections: dict[str, Any]
+) -> Settings:
+    """Settings for a test agent on the session's dev server, listening on a free loopback port."""
+    data: dict[str, Any] = {
+        "agent": {"id": agent_id or unique_id()},
+        "temporal": {"mode": "remote", "address": address},
+        "server": {"bind": "127.0.0.1:0", "graceful_timeout": "2s"},
+        "heartbeat": {"interval": "1h"},
+    }
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    return settings_from_mapping(data, base_dir=base_dir)
+
+
+@contextlib.asynccontextmanager
+async def serving(*harnesses: Harness) -> AsyncIterator[str]:
+    """Serve the agents on loopback; yield the base URL; stop them on exit."""
+    group = HarnessGroup(*harnesses)
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(group.serve)
+        try:
+            yield f"http://{host}:{port}"
+        finally:
+            tg.cancel_scope.cancel()
+
+
+@contextlib.asynccontextmanager
+async def a2a_client(
+    base_url: str, *, streaming: bool = True, headers: dict[str, str] | None = None
+) -> AsyncIterator[Client]:
+    """The real a2a-sdk client for the agent at ``base_url``."""
+    async with httpx.AsyncClient(timeout=30, headers=headers or {}) as http:
+        card = await A2ACardResolver(http, base_url).get_agent_card()
+        client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def user_message(text: str, *, task_id: str = "", message_id: str | None = None) -> Message:
+    return Message(
+        message_id=message_id or uuid.uuid4().hex,
+        role=Role.ROLE_USER,
+        parts=[Part(text=text)],
+        task_id=task_id,
+    )
+
+
+@pytest.fixture
+def agent_dir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def make_harness(agent_dir: Path, temporal_address: str):  # noqa: ANN201
+    def make(
+        impl: Model | None = None, agent_id: str | None = None, **sections: dict[str, Any]
+    ) -> Harness:
+        """A harness for a test agent; ``impl`` is its model, ``sections`` extra configuration."""
+        return Harness(agent_settings(agent_dir, temporal_address, agent_id, **sections), model=impl)
+
+    return make
+
+
+os.environ.setdefault("HARNESS_TEST", "1")

@@ -1,0 +1,315 @@
+"""Every A2A method through the real a2a-sdk client, real HTTP on loopback and real Temporal.
+
+Only the model is scripted. Each test runs on asyncio and on Trio.
+"""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+import pytest
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
+
+from harness_core import Gate, ScriptedModel, TurnOutput
+from tests.conftest import a2a_client, serving, user_message
+
+pytestmark = pytest.mark.anyio
+
+# Tests that hold a turn mid-way run it as a regular activity: a local activity keeps its workflow
+# task open, so reads and cancels of the task would wait for the turn (that is the fast path's cost).
+HELD = {"local_activity": False}
+
+
+async def send_blocking(client, message) -> Task:  # noqa: ANN001
+    events = [e async for e in client.send_message(SendMessageRequest(message=message))]
+    assert len(events) == 1
+    assert events[0].HasField("task")
+    return events[0].task
+
+
+async def collect(stream) -> list[StreamResponse]:  # noqa: ANN001
+    return [event async for event in stream]
+
+
+def kinds(events: list[StreamResponse]) -> list[str]:
+    return [str(e.WhichOneof("payload")) for e in events]
+
+
+async def wait_for_state(client, task_id: str, state: int) -> Task:  # noqa: ANN001
+    with anyio.fail_after(30):
+        while True:
+            task = await client.get_task(GetTaskRequest(id=task_id))
+            if task.status.state == state:
+                return task
+            await anyio.sleep(0.05)
+
+
+async def test_a_blocking_send_returns_the_completed_task_with_the_models_answer(make_harness):
+    harness = make_harness(ScriptedModel(["forty-two"]))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("what is the answer?"))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.message_id == f"{task.id}:final"
+    assert [p.text for p in task.status.message.parts] == ["forty-two"]
+    assert [a.parts[0].text for a in task.artifacts] == ["forty-two"]
+    assert [m.parts[0].text for m in task.history] == ["what is the answer?", "forty-two"]
+
+
+async def test_return_immediately_answers_before_the_turn_ends_and_the_task_completes_later(
+    make_harness,
+):
+    gate = Gate()
+    harness = make_harness(ScriptedModel(["done"], gate=gate), model=HELD)
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        request = SendMessageRequest(
+            message=user_message("slow job"),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        [event] = [e async for e in client.send_message(request)]
+        assert event.task.status.state in (
+            TaskState.TASK_STATE_SUBMITTED,
+            TaskState.TASK_STATE_WORKING,
+        )
+        await gate.wait_entered()
+        gate.release()
+        task = await wait_for_state(client, event.task.id, TaskState.TASK_STATE_COMPLETED)
+    assert task.artifacts[0].parts[0].text == "done"
+
+
+async def test_a_streaming_send_yields_the_task_then_working_artifact_and_completed(make_harness):
+    harness = make_harness(ScriptedModel(["streamed answer"]))
+    async with serving(harness) as url, a2a_client(url) as client:
+        events = await collect(client.send_message(SendMessageRequest(message=user_message("hi"))))
+    assert kinds(events) == ["task", "status_update", "artifact_update", "status_update"]
+    assert events[1].status_update.status.state == TaskState.TASK_STATE_WORKING
+    assert events[2].artifact_update.artifact.parts[0].text == "streamed answer"
+    assert events[3].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    seqs = [e.status_update.metadata["harness.seq"] for e in (events[1], events[3])]
+    assert seqs == [1, 3]
+
+
+async def test_get_task_applies_the_history_length(make_harness):
+    harness = make_harness(ScriptedModel(["a1"]))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("q1"))
+        full = await client.get_task(GetTaskRequest(id=task.id))
+        last = await client.get_task(GetTaskRequest(id=task.id, history_length=1))
+        none = await client.get_task(GetTaskRequest(id=task.id, history_length=0))
+    assert [m.parts[0].text for m in full.history] == ["q1", "a1"]
+    assert [m.parts[0].text for m in last.history] == ["a1"]
+    assert len(none.history) == 0
+
+
+async def test_an_unknown_task_is_not_found_through_get_cancel_and_subscribe(make_harness):
+    harness = make_harness()
+    async with serving(harness) as url, a2a_client(url) as client:
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id="no-such-task"))
+        with pytest.raises(TaskNotFoundError):
+            await client.cancel_task(CancelTaskRequest(id="no-such-task"))
+        with pytest.raises(TaskNotFoundError):
+            await collect(client.subscribe(SubscribeToTaskRequest(id="no-such-task")))
+        with pytest.raises(TaskNotFoundError):
+            await collect(
+                client.send_message(
+                    SendMessageRequest(message=user_message("x", task_id="no-such-task"))
+                )
+            )
+
+
+async def test_list_tasks_shows_running_and_ended_tasks_filtered_by_context(make_harness):
+    gate = Gate()
+    harness = make_harness(ScriptedModel(["ok"], gate=gate), model=HELD)
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        gate.release()
+        done = await send_blocking(client, user_message("first"))
+        held = Gate()
+        harness.model.gate = held  # the next turn is held: its task stays running
+        request = SendMessageRequest(
+            message=user_message("second"),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        [running] = [e.task async for e in client.send_message(request)]
+        await held.wait_entered()
+        listed = await client.list_tasks(ListTasksRequest())
+        by_context = await client.list_tasks(ListTasksRequest(context_id=done.context_id))
+        completed = await client.list_tasks(
+            ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED, include_artifacts=True)
+        )
+        held.release()
+        await wait_for_state(client, running.id, TaskState.TASK_STATE_COMPLETED)
+    assert {t.id for t in listed.tasks} == {done.id, running.id}
+    assert listed.total_size == 2
+    assert [t.id for t in by_context.tasks] == [done.id]
+    assert [t.id for t in completed.tasks] == [done.id]
+    assert completed.tasks[0].artifacts[0].parts[0].text == "ok"
+    assert all(len(t.artifacts) == 0 for t in listed.tasks)
+
+
+async def test_cancel_ends_a_running_task_as_canceled_and_an_ended_task_is_not_cancelable(
+    make_harness,
+):
+    gate = Gate()
+    harness = make_harness(ScriptedModel(["never"], gate=gate), model=HELD)
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        request = SendMessageRequest(
+            message=user_message("long job"),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        [task] = [e.task async for e in client.send_message(request)]
+        await gate.wait_entered()
+        canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
+        assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(CancelTaskRequest(id=task.id))
+        gate.release()
+        again = await client.get_task(GetTaskRequest(id=task.id))
+    assert again.status.state == TaskState.TASK_STATE_CANCELED
+    assert len(again.artifacts) == 0
+
+
+async def test_subscribe_replays_every_event_from_the_start_and_resumes_after_last_event_id(
+    make_harness,
+):
+    harness = make_harness(ScriptedModel(["replayed"]))
+    async with serving(harness) as url:
+        async with a2a_client(url) as client:
+            sent = await collect(
+                client.send_message(SendMessageRequest(message=user_message("hi")))
+            )
+            task_id = sent[0].task.id
+            replay = await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+        async with a2a_client(url, headers={"Last-Event-ID": "2"}) as resumed:
+            tail = await collect(resumed.subscribe(SubscribeToTaskRequest(id=task_id)))
+    assert kinds(replay) == ["task", "status_update", "artifact_update", "status_update"]
+    assert replay[1:] == sent[1:]
+    assert kinds(tail) == ["task", "status_update"]
+    assert tail[1] == sent[3]
+
+
+async def test_a_retried_first_message_gets_the_same_task_not_a_second_one(make_harness):
+    model = ScriptedModel(["once"])
+    harness = make_harness(model)
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        message = user_message("do it once", message_id="retry-me")
+        first = await send_blocking(client, message)
+        second = await send_blocking(client, message)
+        listed = await client.list_tasks(ListTasksRequest())
+    assert second.id == first.id
+    assert second.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [t.id for t in listed.tasks] == [first.id]
+    assert len(model.turns) == 1
+
+
+async def test_a_client_that_disconnects_mid_stream_neither_cancels_nor_loses_the_task(
+    make_harness,
+):
+    gate = Gate()
+    harness = make_harness(ScriptedModel(["finished anyway"], gate=gate), model=HELD)
+    async with serving(harness) as url:
+        async with a2a_client(url) as client:
+            stream = client.send_message(SendMessageRequest(message=user_message("go")))
+            first = await anext(stream)
+            await stream.aclose()  # the client goes away mid-stream
+        task_id = first.task.id
+        await gate.wait_entered()
+        gate.release()
+        async with a2a_client(url) as client:
+            task = await wait_for_state(client, task_id, TaskState.TASK_STATE_COMPLETED)
+            replay = await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+    assert task.artifacts[0].parts[0].text == "finished anyway"
+    assert kinds(replay) == ["task", "status_update", "artifact_update", "status_update"]
+
+
+async def test_a_task_that_asks_for_input_continues_with_the_next_message(make_harness):
+    model = ScriptedModel([TurnOutput("which city?", action="ask"), "sunny in Paris"])
+    harness = make_harness(model)
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        asked = await send_blocking(client, user_message("weather?"))
+        assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert asked.status.message.message_id == f"{asked.id}:ask:1"
+        answered = await send_blocking(client, user_message("Paris", task_id=asked.id))
+    assert answered.id == asked.id
+    assert answered.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [m.parts[0].text for m in answered.history] == [
+        "weather?",
+        "which city?",
+        "Paris",
+        "sunny in Paris",
+    ]
+    assert [t.history[-1].text for t in model.turns] == ["weather?", "Paris"]
+
+
+async def test_a_message_to_an_ended_task_is_refused_with_a_clear_error(make_harness):
+    harness = make_harness(ScriptedModel(["done"]))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("one"))
+        with pytest.raises(InvalidParamsError) as refused:
+            await send_blocking(client, user_message("two", task_id=task.id))
+        after = await client.get_task(GetTaskRequest(id=task.id))
+    assert f"task {task.id} is completed" in str(refused.value)
+    assert [m.parts[0].text for m in after.history] == ["one", "done"]
+
+
+class ExplodingModel:
+    async def reply(self, turn):  # noqa: ANN001, ANN201
+        raise RuntimeError("db password=hunter2")
+
+
+async def test_a_failing_model_fails_the_task_without_leaking_the_exception_text(make_harness):
+    harness = make_harness(ExplodingModel())
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("boom"))
+    assert task.status.state == TaskState.TASK_STATE_FAILED
+    assert "hunter2" not in str(task)
+
+
+async def test_a_request_without_a_message_gets_invalid_params_not_a_traceback(make_harness):
+    harness = make_harness()
+    async with serving(harness) as url, httpx.AsyncClient() as http:
+        response = await http.post(
+            f"{url}/",
+            headers={"A2A-Version": "1.0"},
+            json={"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {}},
+        )
+        bad_role = await http.post(
+            f"{url}/",
+            headers={"A2A-Version": "1.0"},
+            json={
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "SendMessage",
+                "params": {"message": {"messageId": "m", "role": "user", "parts": [{"text": "x"}]}},
+            },
+        )
+    assert response.json()["error"]["code"] == -32602
+    assert bad_role.json()["error"]["code"] == -32602
+    assert "Traceback" not in response.text + bad_role.text
+
+
+async def test_the_rest_binding_serves_the_same_tasks(make_harness):
+    harness = make_harness(ScriptedModel(["over rest"]))
+    async with serving(harness) as url, httpx.AsyncClient() as http:
+        sent = await http.post(
+            f"{url}/message:send",
+            headers={"A2A-Version": "1.0"},
+            json={"message": {"messageId": "r1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+        )
+        assert sent.status_code == 200, sent.text
+        task_id = sent.json()["task"]["id"]
+        got = await http.get(f"{url}/tasks/{task_id}", headers={"A2A-Version": "1.0"})
+        missing = await http.get(f"{url}/tasks/nope", headers={"A2A-Version": "1.0"})
+    assert got.json()["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert missing.status_code == 404
+
