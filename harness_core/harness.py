@@ -21,7 +21,7 @@ from temporalio.client import Client
 
 from harness_core.activities import AgentActivities
 from harness_core.config import Settings
-from harness_core.errors import HarnessNotStartedError
+from harness_core.errors import HarnessAlreadyStartedError, HarnessNotStartedError
 from harness_core.model import Model, model_from_config
 from harness_core.pool import pool
 from harness_core.store import TaskStore
@@ -181,8 +181,11 @@ class Harness:
     async def __aenter__(self) -> Harness:
         from harness_core.group import HarnessGroup
 
-        self._group = HarnessGroup(self)
-        await self._group.__aenter__()
+        if self._group is not None or self.state in (AgentState.STARTING, AgentState.READY):
+            raise HarnessAlreadyStartedError(f"agent {self.agent_id} is already running")
+        group = HarnessGroup(self)
+        await group.__aenter__()
+        self._group = group
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -19,7 +19,12 @@ from datetime import timedelta
 from typing import TypeVar
 
 import anyio
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -172,9 +177,27 @@ class TaskService:
                 raise
             return await self._closed_receipt(task_id, message_id)
 
+    async def _ended_record(self, task_id: str) -> TaskRecord | None:
+        """An ended task's record: from the store, else from its closed workflow's result.
+
+        The second source covers a record stored by another process (or a store that was lost).
+        """
+        record = await self._record(task_id)
+        if record is not None:
+            return record
+
+        async def result(client: Client) -> TaskRecord:
+            handle = client.get_workflow_handle(task_id, result_type=TaskRecord)
+            return await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=10))
+
+        try:
+            return await self._call(result)
+        except (RPCError, WorkflowFailureError):
+            return None
+
     async def _closed_receipt(self, task_id: str, message_id: str) -> Receipt:
         """The answer for a message to a task whose workflow has ended (or never existed)."""
-        record = await self._record(task_id)
+        record = await self._ended_record(task_id)
         if record is None:
             raise TaskNotFoundError(f"task {task_id} not found")
         if message_id in record.message_ids:

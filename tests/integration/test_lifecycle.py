@@ -1,0 +1,209 @@
+"""The group's lifecycle: states, start and stop order, claims, failures, and a clean shutdown."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import anyio
+import httpx
+import pytest
+from anyio.abc import TaskStatus
+
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from harness_asgi.serve import serve_http
+from harness_core import (
+    AgentState,
+    Harness,
+    HarnessAlreadyStartedError,
+    HarnessConflictError,
+    HarnessGroup,
+    HarnessStoppedError,
+    ScriptedModel,
+)
+from harness_core.worker import heartbeat_schedule_id
+from tests.conftest import agent_settings, unique_id
+
+pytestmark = pytest.mark.anyio
+
+
+def leftover_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("harness-")]
+
+
+class RecordingHarness(Harness):
+    """A real harness that records when its agent task starts and ends."""
+
+    def __init__(self, *args: object, journal: list[str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.journal = journal
+
+    async def run_agent(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self.journal.append(f"start {self.agent_id}")
+        try:
+            await super().run_agent(task_status=task_status)
+        finally:
+            self.journal.append(f"stop {self.agent_id}")
+
+
+async def test_agents_start_in_order_and_stop_in_reverse_with_their_states(
+    tmp_path, temporal_address
+):
+    journal: list[str] = []
+    a_id, b_id = unique_id("a"), unique_id("b")
+    a = RecordingHarness(agent_settings(tmp_path, temporal_address, a_id), journal=journal)
+    b = RecordingHarness(agent_settings(tmp_path, temporal_address, b_id), journal=journal)
+    assert a.state is AgentState.STOPPED
+    group = HarnessGroup(a, b)
+    async with group:
+        assert (a.state, b.state) == (AgentState.READY, AgentState.READY)
+        reply = await a.tasks.send(
+            {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+            participant=None,
+            wait=True,
+        )
+        assert reply.view.task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert journal == [f"start {a_id}", f"start {b_id}", f"stop {b_id}", f"stop {a_id}"]
+    assert (a.state, b.state) == (AgentState.STOPPED, AgentState.STOPPED)
+    assert leftover_threads() == []
+
+
+async def test_a_group_runs_inside_an_existing_task_group_and_reports_readiness(
+    tmp_path, temporal_address
+):
+    harness = Harness(agent_settings(tmp_path, temporal_address))
+    async with anyio.create_task_group() as tg:
+        await tg.start(HarnessGroup(harness).run)
+        assert harness.ready
+        tg.cancel_scope.cancel()
+    assert harness.state is AgentState.STOPPED
+    assert leftover_threads() == []
+
+
+async def test_a_mounted_app_answers_503_until_its_agent_is_ready(tmp_path, temporal_address):
+    harness = Harness(agent_settings(tmp_path, temporal_address))
+    # Under a Mount the host's lifespan (not the agent's app) decides when the agent runs.
+    host_app = Starlette(routes=[Mount("/", app=harness.asgi_app())])
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(serve_http, host_app, "127.0.0.1:0", 1.0, stop.wait)
+        url = f"http://{host}:{port}/.well-known/agent-card.json"
+        async with httpx.AsyncClient() as http:
+            before = await http.get(url)
+            async with harness:
+                during = await http.get(url)
+            after = await http.get(url)
+        stop.set()
+    assert before.status_code == 503
+    assert before.json() == {"error": f"agent {harness.agent_id} is not started"}
+    assert during.status_code == 200
+    assert during.json()["name"] == harness.agent_id
+    assert after.status_code == 503
+
+
+async def test_a_top_level_app_starts_and_stops_its_agent_with_the_servers_lifespan(
+    tmp_path, temporal_address
+):
+    harness = Harness(agent_settings(tmp_path, temporal_address))
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(serve_http, harness.asgi_app(), "127.0.0.1:0", 1.0, stop.wait)
+        async with httpx.AsyncClient() as http:
+            card = await http.get(f"http://{host}:{port}/.well-known/agent-card.json")
+        assert harness.ready
+        with pytest.raises(HarnessAlreadyStartedError):
+            async with harness:
+                pass
+        stop.set()
+    assert card.status_code == 200
+    assert harness.state is AgentState.STOPPED
+    assert leftover_threads() == []
+
+
+async def test_two_agents_with_one_id_are_refused_before_any_connection(tmp_path, temporal_address):
+    agent_id = unique_id()
+    first = Harness(agent_settings(tmp_path / "one", temporal_address, agent_id))
+    # Port 1 on loopback: a connection attempt would fail differently, so the claim came first.
+    second = Harness(agent_settings(tmp_path / "two", "127.0.0.1:1", agent_id))
+    async with first:
+        with pytest.raises(HarnessConflictError) as clash:
+            async with second:
+                pass
+    assert f"agent id {agent_id!r} is already claimed by the harness of agent {agent_id!r}" in str(
+        clash.value
+    )
+    assert second.state is AgentState.STOPPED
+    with pytest.raises(HarnessConflictError, match="appears twice"):
+        HarnessGroup(first, Harness(agent_settings(tmp_path / "three", temporal_address, agent_id)))
+
+
+async def test_a_shared_queue_or_store_file_is_refused(tmp_path, temporal_address):
+    first = Harness(
+        agent_settings(tmp_path, temporal_address, temporal={"task_queue": "shared-queue"})
+    )
+    same_queue = Harness(
+        agent_settings(
+            tmp_path / "q", temporal_address, temporal={"task_queue": "shared-queue"}
+        )
+    )
+    same_store = Harness(
+        agent_settings(tmp_path, temporal_address, store={"path": str(first.settings.store_path)})
+    )
+    async with first:
+        with pytest.raises(HarnessConflictError, match="task queue 'shared-queue'"):
+            async with same_queue:
+                pass
+        with pytest.raises(HarnessConflictError, match="store file"):
+            async with same_store:
+                pass
+        assert first.ready
+
+
+async def test_a_failure_during_start_undoes_what_started_and_raises(tmp_path, temporal_address):
+    good = Harness(agent_settings(tmp_path, temporal_address))
+    broken = Harness(
+        agent_settings(tmp_path / "b", "127.0.0.1:1"),
+    )
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the connection error is Temporal's own
+        async with HarnessGroup(good, broken):
+            pass
+    assert good.state is AgentState.STOPPED
+    assert broken.state is AgentState.FAILED
+    assert broken.failure
+    assert leftover_threads() == []
+
+
+async def test_a_group_runs_once(tmp_path, temporal_address):
+    group = HarnessGroup(Harness(agent_settings(tmp_path, temporal_address)))
+    async with group:
+        pass
+    with pytest.raises(HarnessStoppedError):
+        async with group:
+            pass
+
+
+async def test_the_heartbeat_schedule_is_created_then_follows_a_changed_interval(
+    tmp_path, temporal_address
+):
+    agent_id = unique_id()
+    first = Harness(agent_settings(tmp_path, temporal_address, agent_id, heartbeat={"interval": "1h"}))
+    async with first:
+        connection = first.tasks._connection  # pyright: ignore[reportPrivateUsage]
+        schedule_id = heartbeat_schedule_id(agent_id)
+
+        async def interval() -> timedelta:
+            described = await connection.client.get_schedule_handle(schedule_id).describe()
+            return described.schedule.spec.intervals[0].every
+
+        assert await connection.bridge.call(interval) == timedelta(hours=1)
+    second = Harness(
+        agent_settings(tmp_path, temporal_address, agent_id, heartbeat={"interval": "5m"}),
+        model=ScriptedModel(),
+    )
+    async with second:
+        connection = second.tasks._connection  # pyright: ignore[reportPrivateUsage]
+        assert await connection.bridge.call(interval) == timedelta(minutes=5)
+    assert heartbeat_schedule_id("harness") == "harness-heartbeat"
+    assert schedule_id == f"harness-heartbeat-{agent_id}"
