@@ -1,0 +1,245 @@
+"""The ``harness`` command as a user runs it: a separate process on the embedded default.
+
+These tests start real ``harness serve`` processes (each with its own embedded dev server), stop them
+with signals, and kill one with SIGKILL mid-turn to prove that an accepted task survives.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def harness(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "harness_core.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        **kwargs,
+    )
+
+
+def write_config(directory: Path, body: str) -> Path:
+    path = directory / "agent.toml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+class Server:
+    """A ``harness serve`` child process, with its log in a file."""
+
+    def __init__(self, config: Path, port: int, *extra: str) -> None:
+        self.log_path = config.parent / f"serve-{uuid.uuid4().hex[:6]}.log"
+        self.url = f"http://127.0.0.1:{port}"
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness_core.cli", "serve", str(config), *extra],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+            )
+        self.wait_for_log("serving 1 agent(s)")
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.log:
+            if self.process.poll() is not None:
+                raise AssertionError(f"harness serve exited early:\n{self.log}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} not logged within {timeout}s:\n{self.log}")
+            time.sleep(0.05)  # another process: its log is the only signal
+
+    def stop(self, signum: signal.Signals = signal.SIGTERM) -> int:
+        self.process.send_signal(signum)
+        return self.process.wait(timeout=60)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def rpc(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    response = httpx.post(
+        f"{url}/",
+        headers={"A2A-Version": "1.0"},
+        json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+        timeout=30,
+    )
+    return response.json()
+
+
+def dev_servers_on(database: Path) -> list[int]:
+    """Pids of live ``temporal server start-dev`` processes using ``database``."""
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if b"start-dev" in cmdline and str(database).encode() in cmdline and "State:\tZ" not in status:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    port = free_port()
+    path = write_config(
+        tmp_path,
+        f"""
+        [agent]
+        id = "cli-agent"
+
+        [server]
+        bind = "127.0.0.1:{port}"
+        graceful_timeout = "2s"
+
+        [model]
+        kind = "scripted"
+        replies = ["durable hello"]
+        """,
+    )
+    yield path, port
+
+
+def test_check_prints_what_would_run(config: tuple[Path, int]) -> None:
+    path, port = config
+    result = harness("check", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "agent cli-agent" in result.stdout
+    assert f"127.0.0.1:{port}" in result.stdout
+    assert "embedded dev server" in result.stdout
+
+
+def test_a_config_error_prints_one_line_and_exits_2(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[server]\nbnd = "x"\n')
+    for command in ("check", "serve"):
+        result = harness(command, str(path))
+        assert result.returncode == 2
+        assert result.stderr.strip().count("\n") == 0
+        assert "unknown key 'server.bnd'" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_two_configs_with_one_agent_id_are_a_conflict(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = write_config(tmp_path / "a", '[agent]\nid = "same"\n')
+    b = write_config(tmp_path / "b", '[agent]\nid = "same"\n')
+    result = harness("check", str(a), str(b))
+    assert result.returncode == 2
+    assert "agent id 'same' is already claimed" in result.stderr
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_serve_answers_and_stops_cleanly_on_a_signal(
+    config: tuple[Path, int], backend: str, signum: signal.Signals
+) -> None:
+    path, port = config
+    server = Server(path, port, "--backend", backend)
+    try:
+        reply = rpc(
+            server.url,
+            "SendMessage",
+            {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+        )
+        assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+        code = server.stop(signum)
+    finally:
+        server.kill()
+    assert code == 0, server.log
+    assert "Traceback" not in server.log
+    assert dev_servers_on(path.parent / ".harness" / "temporal.sqlite3") == []
+
+
+def test_a_task_accepted_before_a_sigkill_completes_after_a_restart(tmp_path: Path) -> None:
+    port = free_port()
+    path = write_config(
+        tmp_path,
+        f"""
+        [agent]
+        id = "survivor"
+
+        [server]
+        bind = "127.0.0.1:{port}"
+
+        [model]
+        kind = "echo"
+        delay = "3s"
+        local_activity = false
+        """,
+    )
+    database = tmp_path / ".harness" / "temporal.sqlite3"
+    first = Server(path, port)
+    try:
+        sent = rpc(
+            first.url,
+            "SendMessage",
+            {
+                "message": {
+                    "messageId": "crash-1",
+                    "role": "ROLE_USER",
+                    "parts": [{"text": "please survive"}],
+                },
+                "configuration": {"returnImmediately": True},
+            },
+        )
+        task_id = sent["result"]["task"]["id"]
+        deadline = time.monotonic() + 30
+        while rpc(first.url, "GetTask", {"id": task_id})["result"]["status"]["state"] != (
+            "TASK_STATE_WORKING"
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(first.process.pid, signal.SIGKILL)  # mid-turn: the model sleeps for 3 s
+        first.process.wait()
+        orphans = dev_servers_on(database)
+        assert orphans, "the killed host leaves its dev server behind"
+    finally:
+        first.kill()
+
+    second = Server(path, port)
+    try:
+        assert all(pid not in dev_servers_on(database) for pid in orphans)
+        deadline = time.monotonic() + 60
+        while True:
+            task = rpc(second.url, "GetTask", {"id": task_id})["result"]
+            if task["status"]["state"] == "TASK_STATE_COMPLETED":
+                break
+            assert time.monotonic() < deadline, task
+            time.sleep(0.2)
+        assert second.stop() == 0
+    finally:
+        second.kill()
+    assert [m["parts"][0]["text"] for m in task["history"]] == ["please survive", "please survive"]
+    assert task["artifacts"][0]["parts"][0]["text"] == "please survive"
+    assert f"(pid {orphans[0]}) left running on the database" in second.log
+    assert dev_servers_on(database) == []
