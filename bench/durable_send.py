@@ -61,6 +61,7 @@ from typing import Any, cast
 
 import anyio
 import httpx
+from anyio.abc import ByteReceiveStream, Process
 from temporalio import activity, workflow
 
 SCENARIOS = ("raw-stock", "raw-embedded", "a2a-inmemory", "product-asyncio", "product-trio")
@@ -68,7 +69,7 @@ LOOPBACK = "127.0.0.1"
 CALL_TIMEOUT = 30.0  # seconds, every single call
 STARTUP_CAP = 60.0  # seconds to bring a scenario's servers up
 SHUTDOWN_CAP = 60.0  # slack for a child to stop its servers after the measurement
-KILL_GRACE = 20.0  # seconds between SIGINT and SIGKILL for a child that overran its cap
+KILL_GRACE = 20.0  # seconds between SIGTERM and SIGKILL when a child has to be stopped
 MAX_ERROR_SAMPLES = 3
 # A phase stops after this many failures in a row: its server is gone, retrying is only noise.
 MAX_CONSECUTIVE_ERRORS = 25
@@ -424,7 +425,6 @@ def _free_port() -> int:
 @contextlib.asynccontextmanager
 async def stock_dev_server() -> AsyncIterator[str]:
     """``temporal server start-dev`` with its defaults (in memory); yields its address."""
-    from anyio.abc import ByteReceiveStream
     from anyio.streams.buffered import BufferedByteReceiveStream
 
     binary = Path(sysconfig.get_path("scripts")) / "temporal"
@@ -470,7 +470,7 @@ async def stock_dev_server() -> AsyncIterator[str]:
             await process.aclose()
 
 
-async def _stop_process(process: Any) -> None:
+async def _stop_process(process: Process) -> None:
     """SIGTERM, up to 10 s, SIGKILL; always reaped."""
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError):

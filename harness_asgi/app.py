@@ -14,13 +14,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from a2a.server.context import ServerCallContext
-from a2a.types import AgentCard
 from a2a.server.routes import (
     DefaultServerCallContextBuilder,
     create_agent_card_routes,
     create_jsonrpc_routes,
     create_rest_routes,
 )
+from a2a.types import AgentCard
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse

@@ -16,11 +16,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Generator
+from typing import cast
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
-from a2a.server.request_handlers import RequestHandler, validate_request_params
+from a2a.server.request_handlers import (
+    RequestHandler,
+    validate_request_params,  # pyright: ignore[reportUnknownVariableType]
+)
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -90,9 +94,8 @@ def _participant(context: ServerCallContext) -> str | None:
 
 
 def _last_event_id(context: ServerCallContext) -> int:
-    headers = context.state.get("headers")
-    raw = headers.get("last-event-id", "") if isinstance(headers, dict) else ""
-    text = str(raw).strip()  # pyright: ignore[reportUnknownArgumentType]
+    headers = cast("dict[str, str] | None", context.state.get("headers"))
+    text = (headers or {}).get("last-event-id", "").strip()
     if not text:
         return 0
     if not text.isdigit():
@@ -101,7 +104,7 @@ def _last_event_id(context: ServerCallContext) -> int:
 
 
 @contextlib.contextmanager
-def _a2a_errors(operation: str) -> Iterator[None]:
+def _a2a_errors(operation: str) -> Generator[None, None, None]:
     """Turn runtime errors into A2A errors; never let an exception's text reach the client."""
     try:
         yield
@@ -225,7 +228,9 @@ class HarnessRequestHandler(RequestHandler):
                 page_size=page_size,
                 page_token=params.page_token,
             )
-        response = ListTasksResponse(next_page_token=next_token, page_size=page_size, total_size=total)
+        response = ListTasksResponse(
+            next_page_token=next_token, page_size=page_size, total_size=total
+        )
         for view in views:
             task = apply_history_length(_task_proto(view), params)
             if not params.include_artifacts:

@@ -5,6 +5,9 @@ real address (also for port 0) once connections can queue, on both backends (Hyp
 runner has no ``task_status``).
 """
 
+# Hypercorn types its app parameter with partially unknown protocol types.
+# pyright: reportUnknownVariableType=false
+
 from __future__ import annotations
 
 import logging
@@ -50,10 +53,15 @@ async def serve_http(
         config.accesslog = None
         config.errorlog = logging.getLogger("hypercorn.error")
         actual = sock.getsockname()
+        serve: Callable[..., Awaitable[None]]
         if sniffio.current_async_library() == "trio":
-            from hypercorn.trio import serve
+            from hypercorn.trio import serve as trio_serve
+
+            serve = trio_serve
         else:
-            from hypercorn.asyncio import serve
+            from hypercorn.asyncio import serve as asyncio_serve
+
+            serve = asyncio_serve
         stop = anyio.Event()
 
         async def run_server() -> None:

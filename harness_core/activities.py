@@ -6,7 +6,9 @@ store's synchronous SQLite calls run in the worker's activity thread pool, never
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import anyio
 from temporalio import activity
@@ -56,5 +58,5 @@ class AgentActivities:
     def heartbeat(self, agent_id: str) -> None:
         self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
 
-    def all(self) -> list[object]:
+    def all(self) -> list[Callable[..., Any]]:
         return [self.model_turn, self.store_record, self.heartbeat]

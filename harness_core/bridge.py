@@ -23,7 +23,7 @@ import contextlib
 import contextvars
 import logging
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol, TypeVar
 
 import sniffio
@@ -164,7 +164,7 @@ class _ThreadBridge:
 
 
 @contextlib.asynccontextmanager
-async def open_bridge() -> AsyncIterator[TemporalBridge]:
+async def open_bridge() -> AsyncGenerator[TemporalBridge, None]:
     """Open a bridge for the running backend; on exit, a Trio bridge stops and joins its thread."""
     if current_backend() == "trio":
         bridge = _ThreadBridge()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 
 import attrs
@@ -47,11 +47,15 @@ class Claims:
                 f"{connection}|{namespace}|{queue}",
                 f"task queue {queue!r} in namespace {namespace!r}",
             ),
-            _Claim("store", str(Path(settings.store_path).resolve()), f"store file {settings.store_path}"),
+            _Claim(
+                "store",
+                str(Path(settings.store_path).resolve()),
+                f"store file {settings.store_path}",
+            ),
         ]
 
     @contextlib.contextmanager
-    def hold(self, settings: Settings, holder: str) -> Iterator[None]:
+    def hold(self, settings: Settings, holder: str) -> Generator[None, None, None]:
         """Claim everything ``settings`` needs for ``holder`` until the block exits.
 
         Raises ``HarnessConflictError`` naming the clash and its holder, having claimed nothing.

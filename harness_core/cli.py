@@ -12,6 +12,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from functools import partial
+from typing import cast
 
 import anyio
 
@@ -35,9 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("configs", nargs="+", metavar="CONFIG", help="one TOML file per agent")
     serve.add_argument("--bind", metavar="HOST:PORT", help="override [server] bind")
     serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
-    serve.add_argument(
-        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")
-    )
+    serve.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     check = commands.add_parser("check", help="validate configuration and print what would run")
     check.add_argument("configs", nargs="+", metavar="CONFIG")
     return parser
@@ -112,11 +111,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
-def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]  # pyright: ignore[reportUnknownVariableType,reportUnknownMemberType]
-    return exc
+def _first_leaf(exc: BaseException) -> BaseException:
+    leaf: BaseException = exc
+    while isinstance(leaf, BaseExceptionGroup):
+        inner = cast("tuple[BaseException, ...]", leaf.exceptions)  # pyright: ignore[reportUnknownMemberType]
+        if not inner:
+            break
+        leaf = inner[0]
+    return cast("BaseException", leaf)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ with ``payloads`` so cattrs sees each payload class once (``shared/reference/tem
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 import cattrs
 from temporalio.api.common.v1 import Payload
@@ -41,7 +41,8 @@ class _AttrsJSONPayloadConverter(EncodingPayloadConverter):
         raw: Any = json.loads(payload.data)
         if type_hint is None or type_hint is Any:
             return raw
-        return payload_converter.structure(raw, type_hint)
+        target = cast("type[object]", type_hint)
+        return payload_converter.structure(raw, target)
 
 
 class _HarnessPayloadConverter(CompositePayloadConverter):

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -75,12 +75,16 @@ class HarnessGroup:
         if self._running:
             raise HarnessAlreadyStartedError("this HarnessGroup is already running")
         if self._ran:
-            raise HarnessStoppedError("this HarnessGroup has stopped; create a new one to run again")
+            raise HarnessStoppedError(
+                "this HarnessGroup has stopped; create a new one to run again"
+            )
         self._running = self._ran = True
         try:
             with contextlib.ExitStack() as held:
                 for h in self.harnesses:
-                    held.enter_context(claims.hold(h.settings, f"the harness of agent {h.agent_id!r}"))
+                    held.enter_context(
+                        claims.hold(h.settings, f"the harness of agent {h.agent_id!r}")
+                    )
                 async with anyio.create_task_group() as tg:
                     started: list[Harness] = []
                     try:
@@ -116,7 +120,7 @@ class HarnessGroup:
         await stack.aclose()
 
     @contextlib.asynccontextmanager
-    async def lifespan(self, app: object = None) -> AsyncIterator[None]:
+    async def lifespan(self, app: object = None) -> AsyncGenerator[None, None]:
         """A Starlette/FastAPI lifespan that runs the group while the host app runs."""
         async with self:
             yield
@@ -136,10 +140,7 @@ class HarnessGroup:
         """
         from harness_asgi.serve import serve_http
 
-        if len(self.harnesses) > 1:
-            app = _group_app(self)
-        else:
-            app = self.asgi_app()
+        app = _group_app(self) if len(self.harnesses) > 1 else self.asgi_app()
         graceful = max(h.settings.server.graceful_timeout for h in self.harnesses)
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:

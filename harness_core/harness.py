@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+from collections.abc import AsyncGenerator
 from functools import partial
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -194,7 +194,7 @@ class Harness:
             await group.__aexit__(*exc_info)
 
     @contextlib.asynccontextmanager
-    async def lifespan(self, app: object = None) -> AsyncIterator[None]:
+    async def lifespan(self, app: object = None) -> AsyncGenerator[None, None]:
         """A Starlette/FastAPI lifespan that runs this agent while the host app runs."""
         async with self:
             yield

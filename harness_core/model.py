@@ -62,12 +62,12 @@ class Gate:
             self._entered += 1
         # A threading.Event cannot be awaited from both backends; a short poll can, and it is
         # cancellable, which a blocking wait in a worker thread would not be.
-        while not self._open.is_set():
+        while not self._open.is_set():  # noqa: ASYNC110 - set from another thread
             await anyio.sleep(0.005)
 
     async def wait_entered(self, count: int = 1) -> None:
         """Return once ``count`` turns have reached the gate."""
-        while self.entered < count:
+        while self.entered < count:  # noqa: ASYNC110 - counted on the Temporal thread
             await anyio.sleep(0.005)
 
 

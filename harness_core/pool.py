@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 import anyio
 import attrs
@@ -65,7 +65,7 @@ class TemporalPool:
         self._bridge_released: anyio.Event | None = None
 
     @contextlib.asynccontextmanager
-    async def _lease_bridge(self) -> AsyncIterator[TemporalBridge]:
+    async def _lease_bridge(self) -> AsyncGenerator[TemporalBridge, None]:
         backend = current_backend()
         if self._bridge is not None and self._bridge_backend == backend:
             self._bridge_users += 1
@@ -95,7 +95,7 @@ class TemporalPool:
     @contextlib.asynccontextmanager
     async def lease(
         self, settings: Settings, *, client: Client | None = None
-    ) -> AsyncIterator[TemporalConnection]:
+    ) -> AsyncGenerator[TemporalConnection, None]:
         """Lease the connection ``settings`` describe (or wrap ``client``, which is never closed)."""
         async with self._lease_bridge() as bridge:
             if client is not None:
@@ -140,7 +140,7 @@ class TemporalPool:
     @contextlib.asynccontextmanager
     async def _open(
         self, settings: Settings, bridge: TemporalBridge
-    ) -> AsyncIterator[TemporalConnection]:
+    ) -> AsyncGenerator[TemporalConnection, None]:
         namespace = settings.temporal.namespace
         if settings.temporal.mode == "embedded":
             async with open_embedded_temporal(

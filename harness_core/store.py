@@ -85,7 +85,9 @@ class TaskStore:
             args.append(state)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         with self._lock:
-            total = int(self._db.execute(f"SELECT COUNT(*) FROM tasks {clause}", args).fetchone()[0])
+            total = int(
+                self._db.execute(f"SELECT COUNT(*) FROM tasks {clause}", args).fetchone()[0]
+            )
             rows = self._db.execute(
                 f"SELECT record FROM tasks {clause} ORDER BY updated_at DESC, task_id "
                 "LIMIT ? OFFSET ?",

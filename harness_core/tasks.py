@@ -127,7 +127,9 @@ class TaskService:
         if task_id:
             return await self._deliver_existing(task_id, message_id, inbound)
         task_id = derive_task_id(self.agent_id, participant, message_id)
-        context_id = str(message.get("contextId") or "") or str(uuid.uuid5(uuid.NAMESPACE_URL, task_id))
+        context_id = str(message.get("contextId") or "") or str(
+            uuid.uuid5(uuid.NAMESPACE_URL, task_id)
+        )
         start = TaskStart(
             task_id=task_id,
             context_id=context_id,
@@ -148,7 +150,7 @@ class TaskService:
                 # start it again.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
-            return await client.execute_update_with_start_workflow(
+            return await client.execute_update_with_start_workflow(  # pyright: ignore[reportUnknownMemberType]
                 TaskWorkflow.deliver, inbound, start_workflow_operation=operation
             )
 
@@ -166,7 +168,7 @@ class TaskService:
     async def _deliver_existing(self, task_id: str, message_id: str, inbound: Inbound) -> Receipt:
         try:
             return await self._call(
-                lambda c: c.get_workflow_handle(task_id).execute_update(
+                lambda c: c.get_workflow_handle(task_id).execute_update(  # pyright: ignore[reportUnknownMemberType]
                     TaskWorkflow.deliver, inbound
                 )
             )
@@ -247,7 +249,9 @@ class TaskService:
         """Wait for events after ``after`` (or for the task to settle) and return them."""
         try:
             return await self._call(
-                lambda c: c.get_workflow_handle(task_id).execute_update(TaskWorkflow.follow, after)
+                lambda c: c.get_workflow_handle(task_id).execute_update(  # pyright: ignore[reportUnknownMemberType]
+                    TaskWorkflow.follow, after
+                )
             )
         except RPCError as exc:
             if not _not_found(exc):

@@ -52,8 +52,8 @@ def task_closed_message(task_id: str, state: str) -> str:
 
 
 def _text_of(message: ProtoJSON) -> str:
-    parts: list[Any] = message.get("parts") or []
-    texts = [str(p["text"]) for p in parts if isinstance(p, dict) and "text" in p]
+    parts: list[dict[str, Any]] = message.get("parts") or []
+    texts = [str(p["text"]) for p in parts if "text" in p]
     return "\n".join(texts)
 
 
@@ -221,7 +221,9 @@ class TaskWorkflow:
                 output = await handle
             except (ActivityError, ApplicationError):
                 # A local activity's final failure arrives as the ApplicationError itself.
-                workflow.logger.warning("model turn %d of task %s failed", self._turns, start.task_id)
+                workflow.logger.warning(
+                    "model turn %d of task %s failed", self._turns, start.task_id
+                )
                 output = TurnOutput("the agent could not complete this task", action="fail")
             self._apply(output)
         finally:

@@ -135,12 +135,14 @@ def agent_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_harness(agent_dir: Path, temporal_address: str):  # noqa: ANN201
+def make_harness(agent_dir: Path, temporal_address: str):
     def make(
         impl: Model | None = None, agent_id: str | None = None, **sections: dict[str, Any]
     ) -> Harness:
         """A harness for a test agent; ``impl`` is its model, ``sections`` extra configuration."""
-        return Harness(agent_settings(agent_dir, temporal_address, agent_id, **sections), model=impl)
+        return Harness(
+            agent_settings(agent_dir, temporal_address, agent_id, **sections), model=impl
+        )
 
     return make
 

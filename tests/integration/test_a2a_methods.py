@@ -31,14 +31,14 @@ pytestmark = pytest.mark.anyio
 HELD = {"local_activity": False}
 
 
-async def send_blocking(client, message) -> Task:  # noqa: ANN001
+async def send_blocking(client, message) -> Task:
     events = [e async for e in client.send_message(SendMessageRequest(message=message))]
     assert len(events) == 1
     assert events[0].HasField("task")
     return events[0].task
 
 
-async def collect(stream) -> list[StreamResponse]:  # noqa: ANN001
+async def collect(stream) -> list[StreamResponse]:
     return [event async for event in stream]
 
 
@@ -46,7 +46,7 @@ def kinds(events: list[StreamResponse]) -> list[str]:
     return [str(e.WhichOneof("payload")) for e in events]
 
 
-async def wait_for_state(client, task_id: str, state: int) -> Task:  # noqa: ANN001
+async def wait_for_state(client, task_id: str, state: int) -> Task:
     with anyio.fail_after(30):
         while True:
             task = await client.get_task(GetTaskRequest(id=task_id))
@@ -221,7 +221,7 @@ async def test_a_client_that_disconnects_mid_stream_neither_cancels_nor_loses_th
         async with a2a_client(url) as client:
             stream = client.send_message(SendMessageRequest(message=user_message("go")))
             first = await anext(stream)
-            await stream.aclose()  # the client goes away mid-stream
+            await stream.aclose()  # type: ignore[attr-defined]  # the client goes away mid-stream
         task_id = first.task.id
         await gate.wait_entered()
         gate.release()
@@ -263,7 +263,7 @@ async def test_a_message_to_an_ended_task_is_refused_with_a_clear_error(make_har
 
 
 class ExplodingModel:
-    async def reply(self, turn):  # noqa: ANN001, ANN201
+    async def reply(self, turn):
         raise RuntimeError("db password=hunter2")
 
 
@@ -312,4 +312,3 @@ async def test_the_rest_binding_serves_the_same_tasks(make_harness):
         missing = await http.get(f"{url}/tasks/nope", headers={"A2A-Version": "1.0"})
     assert got.json()["status"]["state"] == "TASK_STATE_COMPLETED"
     assert missing.status_code == 404
-

@@ -103,7 +103,11 @@ def dev_servers_on(database: Path) -> list[int]:
             status = (entry / "status").read_text()
         except OSError:
             continue
-        if b"start-dev" in cmdline and str(database).encode() in cmdline and "State:\tZ" not in status:
+        if (
+            b"start-dev" in cmdline
+            and str(database).encode() in cmdline
+            and "State:\tZ" not in status
+        ):
             found.append(int(entry.name))
     return found
 

@@ -9,7 +9,6 @@ import anyio
 import httpx
 import pytest
 from anyio.abc import TaskStatus
-
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -96,11 +95,11 @@ async def test_a_mounted_app_answers_503_until_its_agent_is_ready(tmp_path, temp
                 during = await http.get(url)
             after = await http.get(url)
         stop.set()
-    assert before.status_code == 503
-    assert before.json() == {"error": f"agent {harness.agent_id} is not started"}
-    assert during.status_code == 200
-    assert during.json()["name"] == harness.agent_id
-    assert after.status_code == 503
+        assert before.status_code == 503
+        assert before.json() == {"error": f"agent {harness.agent_id} is not started"}
+        assert during.status_code == 200
+        assert during.json()["name"] == harness.agent_id
+        assert after.status_code == 503
 
 
 async def test_a_top_level_app_starts_and_stops_its_agent_with_the_servers_lifespan(
@@ -112,12 +111,12 @@ async def test_a_top_level_app_starts_and_stops_its_agent_with_the_servers_lifes
         host, port = await tg.start(serve_http, harness.asgi_app(), "127.0.0.1:0", 1.0, stop.wait)
         async with httpx.AsyncClient() as http:
             card = await http.get(f"http://{host}:{port}/.well-known/agent-card.json")
+        assert card.status_code == 200
         assert harness.ready
         with pytest.raises(HarnessAlreadyStartedError):
             async with harness:
                 pass
         stop.set()
-    assert card.status_code == 200
     assert harness.state is AgentState.STOPPED
     assert leftover_threads() == []
 
@@ -144,9 +143,7 @@ async def test_a_shared_queue_or_store_file_is_refused(tmp_path, temporal_addres
         agent_settings(tmp_path, temporal_address, temporal={"task_queue": "shared-queue"})
     )
     same_queue = Harness(
-        agent_settings(
-            tmp_path / "q", temporal_address, temporal={"task_queue": "shared-queue"}
-        )
+        agent_settings(tmp_path / "q", temporal_address, temporal={"task_queue": "shared-queue"})
     )
     same_store = Harness(
         agent_settings(tmp_path, temporal_address, store={"path": str(first.settings.store_path)})
@@ -166,7 +163,7 @@ async def test_a_failure_during_start_undoes_what_started_and_raises(tmp_path, t
     broken = Harness(
         agent_settings(tmp_path / "b", "127.0.0.1:1"),
     )
-    with pytest.raises(Exception):  # noqa: B017, PT011 - the connection error is Temporal's own
+    with pytest.raises(Exception):  # noqa: B017 - the connection error is Temporal's own
         async with HarnessGroup(good, broken):
             pass
     assert good.state is AgentState.STOPPED
@@ -188,7 +185,9 @@ async def test_the_heartbeat_schedule_is_created_then_follows_a_changed_interval
     tmp_path, temporal_address
 ):
     agent_id = unique_id()
-    first = Harness(agent_settings(tmp_path, temporal_address, agent_id, heartbeat={"interval": "1h"}))
+    first = Harness(
+        agent_settings(tmp_path, temporal_address, agent_id, heartbeat={"interval": "1h"})
+    )
     async with first:
         connection = first.tasks._connection  # pyright: ignore[reportPrivateUsage]
         schedule_id = heartbeat_schedule_id(agent_id)
