@@ -123,8 +123,9 @@ def group_app(group: HarnessGroup) -> Any:
     Per-agent prefixes (``Harness(prefix=...)``) and tenants on one endpoint come in a later release;
     this gives each agent of ``harness serve a.toml b.toml`` a reachable address today.
     """
-    routes: list[BaseRoute] = [
-        Mount(f"/agents/{h.agent_id}", app=h.asgi_app()) for h in group.harnesses
-    ]
+    routes: list[BaseRoute] = []
+    for h in group.harnesses:
+        h.mounted_at(f"/agents/{h.agent_id}")
+        routes.append(Mount(f"/agents/{h.agent_id}", app=h.asgi_app()))
     routes.append(Mount("", app=group.harnesses[0].asgi_app()))
     return Starlette(routes=routes)

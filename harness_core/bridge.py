@@ -26,6 +26,7 @@ import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol, TypeVar
 
+import anyio.lowlevel
 import sniffio
 import trio
 
@@ -64,7 +65,13 @@ class _DirectBridge:
     backend = "asyncio"
 
     async def call(self, fn: Callable[..., Awaitable[T]], /, *args: object) -> T:
-        return await fn(*args)
+        try:
+            return await fn(*args)
+        except Exception:
+            # temporalio turns a cancelled RPC into its own RPCTimeoutOrCancelledError; when our
+            # caller's scope was cancelled, the caller must see the cancellation instead.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            raise
 
 
 class PortalTaskCancelledError(RuntimeError):

@@ -66,6 +66,7 @@ class Harness:
         self._app: HarnessApp | None = None
         self._group: Any = None
         self._bound_url: str | None = None
+        self._mount_path = ""
 
     @property
     def agent_id(self) -> str:
@@ -77,9 +78,14 @@ class Harness:
 
         With no ``base_url`` configured, the address the server actually bound (port 0 included).
         """
+        base = self.settings.base_url
         if self.settings.server.base_url is None and self._bound_url is not None:
-            return self._bound_url
-        return self.settings.base_url
+            base = self._bound_url
+        return base + self._mount_path
+
+    def mounted_at(self, path: str) -> None:
+        """Record the path the group's app serves this agent under (part of its public URL)."""
+        self._mount_path = "/" + path.strip("/") if path.strip("/") else ""
 
     def bound(self, host: str, port: int) -> None:
         """Record where the HTTP server listens (used for the public URL when none is set)."""

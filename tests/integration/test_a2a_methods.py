@@ -21,8 +21,8 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
 
-from harness_core import Gate, ScriptedModel, TurnOutput
-from tests.conftest import a2a_client, serving, user_message
+from harness_core import Gate, Harness, HarnessGroup, ScriptedModel, TurnOutput
+from tests.conftest import a2a_client, agent_settings, serving, user_message
 
 pytestmark = pytest.mark.anyio
 
@@ -312,3 +312,27 @@ async def test_the_rest_binding_serves_the_same_tasks(make_harness):
         missing = await http.get(f"{url}/tasks/nope", headers={"A2A-Version": "1.0"})
     assert got.json()["status"]["state"] == "TASK_STATE_COMPLETED"
     assert missing.status_code == 404
+
+
+async def test_subscribe_replays_an_ended_task_after_the_agent_restarted(
+    agent_dir, temporal_address
+):
+    settings = agent_settings(agent_dir, temporal_address)
+    first = Harness(settings, model=ScriptedModel(["kept"]))
+    async with serving(first) as url, a2a_client(url) as client:
+        sent = await collect(client.send_message(SendMessageRequest(message=user_message("keep"))))
+    again = Harness(settings)  # the same agent and store, a new process life
+    async with serving(again) as url, a2a_client(url) as client:
+        replay = await collect(client.subscribe(SubscribeToTaskRequest(id=sent[0].task.id)))
+        task = await client.get_task(GetTaskRequest(id=sent[0].task.id))
+    assert replay[1:] == sent[1:]
+    assert task.artifacts[0].parts[0].text == "kept"
+
+
+async def test_the_heartbeat_schedule_runs_the_agents_heartbeat(make_harness):
+    harness = make_harness(heartbeat={"interval": "1s"})
+    async with HarnessGroup(harness):
+        store = harness.tasks._store  # pyright: ignore[reportPrivateUsage]
+        with anyio.fail_after(30):
+            while store.get_meta("last_heartbeat") is None:
+                await anyio.sleep(0.1)

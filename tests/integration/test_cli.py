@@ -247,3 +247,60 @@ def test_a_task_accepted_before_a_sigkill_completes_after_a_restart(tmp_path: Pa
     assert task["artifacts"][0]["parts"][0]["text"] == "please survive"
     assert f"(pid {orphans[0]}) left running on the database" in second.log
     assert dev_servers_on(database) == []
+
+
+def test_two_agents_in_one_process_share_one_dev_server_and_answer_on_their_own_paths(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    configs = []
+    for agent_id in ("alpha", "beta"):
+        configs.append(
+            write_config(tmp_path, f'[agent]\nid = "{agent_id}"\n').rename(
+                tmp_path / f"{agent_id}.toml"
+            )
+        )
+    database = tmp_path / ".harness" / "temporal.sqlite3"
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness_core.cli",
+                "serve",
+                *map(str, configs),
+                "--bind",
+                f"127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "serving 2 agent(s)" not in log_path.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.05)
+        assert len(dev_servers_on(database)) == 1
+        url = f"http://127.0.0.1:{port}"
+        cards = {
+            a: httpx.get(f"{url}/agents/{a}/.well-known/agent-card.json").json()
+            for a in ("alpha", "beta")
+        }
+        reply = rpc(
+            f"{url}/agents/beta",
+            "SendMessage",
+            {"message": {"messageId": "b1", "role": "ROLE_USER", "parts": [{"text": "to beta"}]}},
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert cards["alpha"]["name"] == "alpha"
+    assert cards["beta"]["name"] == "beta"
+    assert cards["beta"]["supportedInterfaces"][0]["url"] == f"{url}/agents/beta/"
+    assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert dev_servers_on(database) == []

@@ -206,3 +206,32 @@ async def test_the_heartbeat_schedule_is_created_then_follows_a_changed_interval
         assert await connection.bridge.call(interval) == timedelta(minutes=5)
     assert heartbeat_schedule_id("harness") == "harness-heartbeat"
     assert schedule_id == f"harness-heartbeat-{agent_id}"
+
+
+async def test_workflow_payload_classes_cross_the_sandbox_unchanged(
+    tmp_path, temporal_address, monkeypatch
+):
+    """The sandbox must not re-import payload classes per run (cattrs caches would grow)."""
+    from harness_core import converter, payloads
+
+    seen: list[type | None] = []
+    json_converter = converter._AttrsJSONPayloadConverter  # pyright: ignore[reportPrivateUsage]
+    original = json_converter.from_payload
+
+    def recording(self, payload, type_hint=None):
+        seen.append(type_hint)
+        return original(self, payload, type_hint)
+
+    monkeypatch.setattr(json_converter, "from_payload", recording)
+    harness = Harness(agent_settings(tmp_path, temporal_address))
+    async with harness:
+        for n in range(4):
+            await harness.tasks.send(
+                {"messageId": f"m{n}", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+                participant=None,
+                wait=True,
+            )
+    named = {
+        c for c in seen if getattr(c, "__name__", "") in {"TaskStart", "Inbound", "TurnOutput"}
+    }
+    assert named == {payloads.TaskStart, payloads.Inbound, payloads.TurnOutput}
