@@ -336,3 +336,16 @@ async def test_the_heartbeat_schedule_runs_the_agents_heartbeat(make_harness):
         with anyio.fail_after(30):
             while store.get_meta("last_heartbeat") is None:
                 await anyio.sleep(0.1)
+
+
+async def test_following_an_ended_task_returns_the_rest_of_its_log(make_harness):
+    harness = make_harness(ScriptedModel(["x"]))
+    async with HarnessGroup(harness):
+        receipt = await harness.tasks.send(
+            {"messageId": "f1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+            participant=None,
+            wait=True,
+        )
+        page = await harness.tasks.follow(str(receipt.view.task["id"]), 1)
+    assert [e.seq for e in page.events] == [2, 3]
+    assert page.view.closed

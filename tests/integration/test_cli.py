@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -304,3 +305,54 @@ def test_two_agents_in_one_process_share_one_dev_server_and_answer_on_their_own_
     assert cards["beta"]["supportedInterfaces"][0]["url"] == f"{url}/agents/beta/"
     assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert dev_servers_on(database) == []
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_request_in_flight_when_sigterm_arrives_still_gets_its_answer(
+    tmp_path: Path, backend: str
+) -> None:
+    port = free_port()
+    path = write_config(
+        tmp_path,
+        f"""
+        [server]
+        bind = "127.0.0.1:{port}"
+        graceful_timeout = "10s"
+
+        [model]
+        delay = "2s"
+        local_activity = false
+        """,
+    )
+    server = Server(path, port, "--backend", backend)
+    answers: list[dict[str, Any]] = []
+
+    def send() -> None:
+        answers.append(
+            rpc(
+                server.url,
+                "SendMessage",
+                {
+                    "message": {
+                        "messageId": "inflight",
+                        "role": "ROLE_USER",
+                        "parts": [{"text": "finish me"}],
+                    }
+                },
+            )
+        )
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not rpc(server.url, "ListTasks", {"status": "TASK_STATE_WORKING"})["result"]["tasks"]:
+            assert time.monotonic() < deadline, server.log
+            time.sleep(0.05)
+        code = server.stop(signal.SIGTERM)  # the turn is still running (2 s)
+    finally:
+        sender.join(timeout=60)
+        server.kill()
+    assert code == 0, server.log
+    assert answers[0]["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert "Traceback" not in server.log
