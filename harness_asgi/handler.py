@@ -98,9 +98,14 @@ def _last_event_id(context: ServerCallContext) -> int:
     text = (headers or {}).get("last-event-id", "").strip()
     if not text:
         return 0
-    if not text.isdigit():
+    # harness.seq travels in a protobuf Struct, so clients may echo it as "3.0".
+    try:
+        seq = float(text)
+    except ValueError:
+        seq = -1.0
+    if seq < 0 or not seq.is_integer():
         raise InvalidParamsError(message="Last-Event-ID must be the harness.seq of an event")
-    return int(text)
+    return int(seq)
 
 
 @contextlib.contextmanager

@@ -51,8 +51,14 @@ def _load(paths: Sequence[str]) -> list[Settings]:
     return settings
 
 
-def describe(settings: Settings) -> str:
-    """What ``serve`` would run for one agent, in a few lines (no secrets)."""
+def describe(settings: Settings, *, bind: str | None = None, path: str = "") -> str:
+    """What ``serve`` would run for one agent, in a few lines (no secrets).
+
+    ``bind`` and ``path`` say where the group's HTTP server serves the agent when it serves
+    several.
+    """
+    bind = bind or settings.server.bind
+    public = settings.base_url if settings.server.base_url else f"http://{bind}"
     t = settings.temporal
     if t.mode == "embedded":
         temporal = f"embedded dev server, database {settings.database_path}"
@@ -64,15 +70,36 @@ def describe(settings: Settings) -> str:
         f"  temporal: {temporal}, namespace {t.namespace}, task queue "
         f"{settings.effective_task_queue}",
         f"  store:    {settings.store_path}",
-        f"  http:     {settings.server.bind}, public URL {settings.base_url}",
+        f"  http:     {bind}, public URL {public}{path}",
         f"  model:    {settings.model.kind}",
     ]
     return "\n".join(lines)
 
 
+def _shared_server_notes(settings: Sequence[Settings], bind: str | None) -> list[str]:
+    """Several agents share one HTTP server: say where, and which ``bind`` values go unused."""
+    if len(settings) < 2:
+        return []
+    used = bind or settings[0].server.bind
+    notes = [f"one HTTP server on {used}; each agent under /agents/<id>, the first also at /"]
+    notes.extend(
+        f"agent {s.agent_id}: [server] bind {s.server.bind} is not used (the agents share {used})"
+        for s in settings[1:]
+        if s.server.bind != used
+    )
+    return notes
+
+
 def _check(paths: Sequence[str]) -> int:
-    for settings in _load(paths):
-        print(describe(settings))
+    settings = _load(paths)
+    several = len(settings) > 1
+    for s in settings:
+        if several:
+            print(describe(s, bind=settings[0].server.bind, path=f"/agents/{s.agent_id}"))
+        else:
+            print(describe(s))
+    for note in _shared_server_notes(settings, None):
+        print(f"note: {note}")
     print(f"ok: {len(paths)} agent(s)")
     return 0
 
@@ -83,6 +110,11 @@ def _serve(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     settings = _load(args.configs)
+    notes = _shared_server_notes(settings, args.bind)
+    for note in notes[:1]:
+        log.info(note)
+    for note in notes[1:]:
+        log.warning(note)
     group = HarnessGroup(*(Harness(s) for s in settings), bind=args.bind)
     anyio.run(partial(group.serve), backend=args.backend)
     log.info("stopped")

@@ -12,6 +12,7 @@ workflow's dedupe by message id makes the delivery idempotent too.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
@@ -150,9 +151,17 @@ class TaskService:
                 # start it again.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             )
-            return await client.execute_update_with_start_workflow(  # pyright: ignore[reportUnknownMemberType]
-                TaskWorkflow.deliver, inbound, start_workflow_operation=operation
-            )
+            try:
+                return await client.execute_update_with_start_workflow(  # pyright: ignore[reportUnknownMemberType]
+                    TaskWorkflow.deliver, inbound, start_workflow_operation=operation
+                )
+            except Exception:
+                # The operation's own future holds the same failure; retrieve it, or asyncio
+                # logs "Future exception was never retrieved" for every refused start. Bounded,
+                # in case a failure left that future unresolved.
+                with anyio.move_on_after(1), contextlib.suppress(Exception):
+                    await operation.workflow_handle()
+                raise
 
         try:
             return await self._call(update_with_start)
