@@ -60,7 +60,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from harness_core import errors
 from harness_core.harness import Harness
-from harness_core.payloads import SETTLED_STATES, EventPage, TaskEvent, TaskView
+from harness_core.payloads import EventPage, TaskEvent, TaskView
 
 __all__ = ["PARTICIPANT_STATE_KEY", "HarnessRequestHandler"]
 
@@ -82,10 +82,6 @@ def _event_proto(event: TaskEvent) -> TaskStatusUpdateEvent | TaskArtifactUpdate
         proto = ParseDict(event.body, TaskArtifactUpdateEvent(), ignore_unknown_fields=True)
     proto.metadata.update({SEQ_KEY: event.seq})
     return proto
-
-
-def _settles(event: TaskEvent) -> bool:
-    return event.kind == "status" and event.body.get("status", {}).get("state") in SETTLED_STATES
 
 
 def _participant(context: ServerCallContext) -> str | None:
@@ -184,12 +180,8 @@ class HarnessRequestHandler(RequestHandler):
             for event in page.events:
                 yield _event_proto(event)
                 after = event.seq
-            if page.events and _settles(page.events[-1]):
+            if page.view.settled:
                 return
-            if not page.events:
-                state = page.view.task.get("status", {}).get("state")
-                if page.view.closed or state in SETTLED_STATES:
-                    return
 
     @validate_request_params
     async def on_subscribe_to_task(
@@ -204,9 +196,7 @@ class HarnessRequestHandler(RequestHandler):
         for event in page.events:
             yield _event_proto(event)
             after = event.seq
-        if page.view.closed or (page.events and _settles(page.events[-1])):
-            return
-        if not page.events and page.view.task.get("status", {}).get("state") in SETTLED_STATES:
+        if page.view.settled:
             return
         async for event in self._follow(params.id, after, "SubscribeToTask"):
             yield event

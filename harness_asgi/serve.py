@@ -21,12 +21,9 @@ import sniffio
 from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
-__all__ = ["parse_bind", "serve_http"]
+from harness_core.config import split_host_port
 
-
-def parse_bind(bind: str) -> tuple[str, int]:
-    host, _, port = bind.rpartition(":")
-    return host.strip("[]"), int(port)
+__all__ = ["serve_http"]
 
 
 async def serve_http(
@@ -42,7 +39,7 @@ async def serve_http(
     Either way Hypercorn stops accepting and gives in-flight requests ``graceful_timeout`` seconds
     before it closes them; this returns (or re-raises the cancellation) after that.
     """
-    host, port = parse_bind(bind)
+    host, port = split_host_port(bind)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.create_server((host, port), family=family, backlog=1024)
     try:

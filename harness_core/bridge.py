@@ -160,6 +160,8 @@ class _ThreadBridge:
                     holder[0].cancel()
 
             loop.call_soon_threadsafe(cancel)
+            # Bounded, in case the coroutine ignores cancellation; the loop still owns such a task,
+            # and closing the bridge (asyncio.Runner) cancels and awaits it.
             with trio.move_on_after(_CANCEL_GRACE) as scope:
                 scope.shield = True
                 await done.wait()
@@ -175,7 +177,9 @@ async def open_bridge() -> AsyncGenerator[TemporalBridge, None]:
     """Open a bridge for the running backend; on exit, a Trio bridge stops and joins its thread."""
     if current_backend() == "trio":
         bridge = _ThreadBridge()
-        await bridge.start()
+        # Shielded: a cancellation while the thread starts would leave it running with no owner.
+        with anyio.CancelScope(shield=True):
+            await bridge.start()
         try:
             yield bridge
         finally:

@@ -38,6 +38,7 @@ __all__ = [
     "load_settings",
     "parse_duration",
     "settings_from_mapping",
+    "split_host_port",
 ]
 
 _AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
@@ -218,7 +219,7 @@ class Settings:
 
     def _bind(self) -> tuple[str, int]:
         try:
-            return _split_host_port(self.server.bind)
+            return split_host_port(self.server.bind)
         except ValueError as exc:
             raise _bad_value(self._label, "server.bind", self.server.bind, str(exc)) from None
 
@@ -458,12 +459,12 @@ def _validate(settings: Settings, label: str) -> None:
                 '("HOST:PORT", e.g. "my-namespace.a1b2c.tmprl.cloud:7233")'
             )
         try:
-            _split_host_port(temporal.address)
+            split_host_port(temporal.address)
         except ValueError as exc:
             raise _bad_value(label, "temporal.address", temporal.address, str(exc)) from None
 
     try:
-        _split_host_port(server.bind)
+        split_host_port(server.bind)
     except ValueError as exc:
         raise _bad_value(label, "server.bind", server.bind, str(exc)) from None
     if server.base_url is not None:
@@ -489,7 +490,7 @@ def _validate(settings: Settings, label: str) -> None:
         )
 
 
-def _split_host_port(text: str) -> tuple[str, int]:
+def split_host_port(text: str) -> tuple[str, int]:
     """``"host:port"`` or ``"[v6]:port"`` to its parts; ValueError says what is wrong."""
     shape = 'must be "HOST:PORT", e.g. "127.0.0.1:8000" (IPv6 as "[::1]:8000")'
     if text.startswith("["):

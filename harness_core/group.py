@@ -20,7 +20,9 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from harness_core.claims import claims
+from harness_core.config import split_host_port
 from harness_core.errors import (
+    ConfigError,
     HarnessAlreadyStartedError,
     HarnessConflictError,
     HarnessError,
@@ -53,6 +55,11 @@ class HarnessGroup:
                     f"agent id {agent_id!r} appears twice in this group "
                     "(agents in one process need their own id)"
                 )
+        if bind is not None:
+            try:
+                split_host_port(bind)
+            except ValueError as exc:
+                raise ConfigError(f"bind {bind!r}: {exc}") from None
         self.harnesses = harnesses
         self.bind = bind or harnesses[0].settings.server.bind
         self._running = False

@@ -18,9 +18,6 @@ from harness_core.payloads import TurnInput, TurnOutput
 
 __all__ = ["EchoModel", "Gate", "Model", "ScriptedModel", "model_from_config"]
 
-Turn = TurnInput
-Reply = TurnOutput
-
 
 @runtime_checkable
 class Model(Protocol):

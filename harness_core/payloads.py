@@ -15,7 +15,6 @@ from typing import Any, Literal
 import attrs
 
 __all__ = [
-    "ACTIVE_STATES",
     "SETTLED_STATES",
     "TERMINAL_STATES",
     "ChatMessage",
@@ -38,7 +37,6 @@ TERMINAL_STATES = frozenset(
 )
 #: A blocking SendMessage returns, and a stream ends, once the task is in one of these.
 SETTLED_STATES = TERMINAL_STATES | {"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"}
-ACTIVE_STATES = frozenset({"TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"})
 
 
 @attrs.frozen
@@ -49,6 +47,8 @@ class Inbound:
     participant: str | None = None
     #: The update returns only when the task has settled after this message (blocking send).
     wait: bool = False
+    #: The agent the message was sent to; a task of another agent refuses it as not found.
+    agent_id: str = ""
 
 
 @attrs.frozen
@@ -79,6 +79,19 @@ class TaskView:
     last_seq: int
     closed: bool
     participants: tuple[str, ...] = ()
+    #: The agent whose task this is.
+    agent_id: str = ""
+    #: A turn runs or a message waits for one: the state is about to change.
+    busy: bool = False
+
+    @property
+    def state(self) -> str:
+        return str(self.task.get("status", {}).get("state", ""))
+
+    @property
+    def settled(self) -> bool:
+        """Nothing left to do for now: a stream following this task may end."""
+        return self.closed or (not self.busy and self.state in SETTLED_STATES)
 
 
 @attrs.frozen

@@ -24,6 +24,7 @@ from harness_core.bridge import TemporalBridge, current_backend, open_bridge
 from harness_core.config import Settings
 from harness_core.converter import data_converter
 from harness_core.embedded import open_embedded_temporal
+from harness_core.errors import ConfigError
 
 __all__ = ["TemporalConnection", "TemporalPool", "pool"]
 
@@ -112,6 +113,12 @@ class TemporalPool:
                 await entry.ready.wait()
                 if entry.connection is None:
                     raise RuntimeError("the shared Temporal connection failed to open")
+                if entry.connection.namespace != settings.temporal.namespace:
+                    raise ConfigError(
+                        f"agent {settings.agent_id}: agents that share the embedded database "
+                        f"{settings.database_path} must use one namespace "
+                        f"({entry.connection.namespace!r}, not {settings.temporal.namespace!r})"
+                    )
                 entry.users += 1
                 try:
                     yield entry.connection
@@ -157,7 +164,7 @@ class TemporalPool:
             return
         address = str(settings.temporal.address)
         api_key = settings.api_key()
-        tls = settings.temporal.tls if settings.temporal.tls is not None else bool(api_key)
+        tls = settings.tls_enabled
 
         async def connect() -> Client:
             return await Client.connect(

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -48,13 +49,15 @@ from harness_core.payloads import (
 )
 from harness_core.pool import TemporalConnection
 from harness_core.store import TaskStore
-from harness_core.workflows import CLOSED_TASK, TaskWorkflow, task_closed_message
+from harness_core.workflows import TaskWorkflow, task_closed_message
 
 __all__ = ["TaskService", "derive_task_id"]
 
 T = TypeVar("T")
 
 _LIST_RUNNING_LIMIT = 1000
+# Far longer than visibility takes to list a new workflow.
+_RECENT_SECONDS = 300.0
 
 
 def derive_task_id(agent_id: str, participant: str | None, message_id: str) -> str:
@@ -73,6 +76,7 @@ def _view_of(record: TaskRecord) -> TaskView:
         last_seq=len(record.events),
         closed=True,
         participants=record.participants,
+        agent_id=record.agent_id,
     )
 
 
@@ -82,7 +86,11 @@ def _quote(value: str) -> str:
 
 
 class TaskService:
-    """The operations on one agent's tasks. Cancellation of a caller cancels its Temporal call."""
+    """The operations on one agent's tasks. Cancellation of a caller cancels its Temporal call.
+
+    A task of another agent (one sharing the namespace) reads as not found through every
+    operation, and is left unchanged.
+    """
 
     def __init__(
         self,
@@ -100,6 +108,9 @@ class TaskService:
         self._store = store
         self._local_activity = local_activity
         self._turn_timeout = turn_timeout
+        # Tasks started here lately: Temporal's visibility lists a new workflow only after a
+        # moment, and ListTasks must show a task as soon as SendMessage returned it.
+        self._recent: dict[str, float] = {}
 
     async def _call(self, fn: Callable[[Client], Awaitable[T]]) -> T:
         client = self._connection.client
@@ -110,7 +121,11 @@ class TaskService:
         return await self._connection.bridge.call(run)
 
     async def _record(self, task_id: str) -> TaskRecord | None:
-        return await anyio.to_thread.run_sync(self._store.get, task_id)
+        record = await anyio.to_thread.run_sync(self._store.get, task_id)
+        return record if record is not None and record.agent_id == self.agent_id else None
+
+    def _mine(self, view: TaskView | None) -> TaskView | None:
+        return view if view is not None and view.agent_id == self.agent_id else None
 
     # -- send -------------------------------------------------------------------------------------
 
@@ -118,16 +133,22 @@ class TaskService:
         """Deliver a user message: to its task when it names one, else to a new task.
 
         With ``wait``, return once the task has settled after this message (completed, failed,
-        canceled, or waiting for input). Raises ``TaskNotFoundError`` for an unknown task id and
+        canceled, or waiting for input). Raises ``TaskNotFoundError`` for an unknown task id,
         ``TaskClosedError`` for a message to an ended task (a retry of a message the task already
-        has is not an error: it gets the task as it is).
+        has is not an error: it gets the task as it is) and ``InvalidRequestValueError`` for a
+        message id already used for a different message.
         """
         message_id = str(message.get("messageId", ""))
-        inbound = Inbound(message=message, participant=participant, wait=wait)
+        inbound = Inbound(
+            message=message, participant=participant, wait=wait, agent_id=self.agent_id
+        )
         task_id = str(message.get("taskId") or "")
         if task_id:
             return await self._deliver_existing(task_id, message_id, inbound)
         task_id = derive_task_id(self.agent_id, participant, message_id)
+        # The record outlives the workflow's retention: a late retry must find it, not restart it.
+        if await self._record(task_id) is not None:
+            return await self._closed_receipt(task_id, inbound)
         context_id = str(message.get("contextId") or "") or str(
             uuid.uuid5(uuid.NAMESPACE_URL, task_id)
         )
@@ -163,15 +184,16 @@ class TaskService:
                     await operation.workflow_handle()
                 raise
 
+        self._remember(task_id)
         try:
             return await self._call(update_with_start)
         except WorkflowAlreadyStartedError:
-            return await self._closed_receipt(task_id, message_id)
+            return await self._closed_receipt(task_id, inbound)
         except WorkflowUpdateFailedError as exc:
-            raise self._update_error(exc) from None
+            raise _update_error(exc, task_id) from None
         except RPCError as exc:
             if exc.status == RPCStatusCode.ALREADY_EXISTS or _not_found(exc):
-                return await self._closed_receipt(task_id, message_id)
+                return await self._closed_receipt(task_id, inbound)
             raise
 
     async def _deliver_existing(self, task_id: str, message_id: str, inbound: Inbound) -> Receipt:
@@ -182,11 +204,11 @@ class TaskService:
                 )
             )
         except WorkflowUpdateFailedError as exc:
-            raise self._update_error(exc) from None
+            raise _update_error(exc, task_id) from None
         except RPCError as exc:
             if not _not_found(exc):
                 raise
-            return await self._closed_receipt(task_id, message_id)
+            return await self._closed_receipt(task_id, inbound)
 
     async def _ended_record(self, task_id: str) -> TaskRecord | None:
         """An ended task's record: from the store, else from its closed workflow's result.
@@ -202,66 +224,76 @@ class TaskService:
             return await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=10))
 
         try:
-            return await self._call(result)
+            record = await self._call(result)
         except (RPCError, WorkflowFailureError):
             return None
+        return record if record.agent_id == self.agent_id else None
 
-    async def _closed_receipt(self, task_id: str, message_id: str) -> Receipt:
+    async def _closed_receipt(self, task_id: str, inbound: Inbound) -> Receipt:
         """The answer for a message to a task whose workflow has ended (or never existed)."""
         record = await self._ended_record(task_id)
         if record is None:
             raise TaskNotFoundError(f"task {task_id} not found")
+        message_id = str(inbound.message.get("messageId", ""))
         if message_id in record.message_ids:
+            known = [m for m in record.task.get("history", []) if m.get("messageId") == message_id]
+            if known and known[0].get("parts") != inbound.message.get("parts"):
+                raise InvalidRequestValueError(
+                    f"message id {message_id} was already used for another message"
+                )
             return Receipt(duplicate=True, cursor=len(record.events), view=_view_of(record))
         raise TaskClosedError(task_closed_message(task_id, record.state))
 
-    @staticmethod
-    def _update_error(exc: WorkflowUpdateFailedError) -> Exception:
-        cause = exc.cause
-        if isinstance(cause, ApplicationError) and cause.type == "TaskClosed":
-            return TaskClosedError(str(cause.message))
-        if isinstance(cause, ApplicationError) and CLOSED_TASK in str(cause.message):
-            return TaskClosedError(str(cause.message))
-        return exc
+    def _remember(self, task_id: str) -> None:
+        now = time.monotonic()
+        self._recent = {t: at for t, at in self._recent.items() if now - at < _RECENT_SECONDS}
+        self._recent[task_id] = now
 
     # -- read -------------------------------------------------------------------------------------
+
+    async def _query(self, task_id: str, fn: Callable[[Client], Awaitable[T]]) -> T | None:
+        """A query of a task's workflow, or None when there is no such workflow."""
+        try:
+            return await self._call(fn)
+        except RPCError as exc:
+            if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
+                return None
+            raise
 
     async def view(self, task_id: str) -> TaskView | None:
         """The task as it is now, or None when this agent has no such task."""
         record = await self._record(task_id)
         if record is not None:
             return _view_of(record)
-        try:
-            return await self._call(
-                lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.view)
-            )
-        except RPCError as exc:
-            if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
-                return None
-            raise
+        view = await self._query(
+            task_id, lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.view)
+        )
+        return self._mine(view)
 
     async def events(self, task_id: str, after: int) -> EventPage | None:
         """Events after ``after`` without waiting, or None when this agent has no such task."""
         record = await self._record(task_id)
         if record is not None:
             return EventPage(events=record.events[max(after, 0) :], view=_view_of(record))
-        try:
-            return await self._call(
-                lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.events, after)
-            )
-        except RPCError as exc:
-            if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
-                return None
-            raise
+        page = await self._query(
+            task_id, lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.events, after)
+        )
+        return page if page is not None and self._mine(page.view) is not None else None
 
     async def follow(self, task_id: str, after: int) -> EventPage:
-        """Wait for events after ``after`` (or for the task to settle) and return them."""
+        """Wait for events after ``after`` (or for the task to settle) and return them.
+
+        The page's view carries the task's state but not its history or artifacts.
+        """
         try:
-            return await self._call(
+            page = await self._call(
                 lambda c: c.get_workflow_handle(task_id).execute_update(  # pyright: ignore[reportUnknownMemberType]
                     TaskWorkflow.follow, after
                 )
             )
+            if self._mine(page.view) is None:
+                raise TaskNotFoundError(f"task {task_id} not found")
+            return page
         except RPCError as exc:
             if not _not_found(exc):
                 raise
@@ -279,12 +311,12 @@ class TaskService:
         Returns the page, the next page's token ('' at the end) and the number of matching tasks.
         """
         offset = _decode_token(page_token)
-        running = await self._running_views()
         running = [
             v
-            for v in running
-            if (not context_id or v.task.get("contextId") == context_id)
-            and (not state or v.task.get("status", {}).get("state") == state)
+            for v in await self._running_views()
+            if not v.closed
+            and (not context_id or v.task.get("contextId") == context_id)
+            and (not state or v.state == state)
         ]
         running.sort(key=lambda v: str(v.task.get("status", {}).get("timestamp", "")), reverse=True)
         page: list[TaskView] = running[offset : offset + page_size]
@@ -303,6 +335,8 @@ class TaskService:
         return page, (_encode_token(end) if end < total else ""), total
 
     async def _running_views(self) -> list[TaskView]:
+        """Tasks whose workflows run on this agent's queue (a task that just ended may be
+        listed by visibility still; ``view`` then reads it from the store, closed)."""
         query = (
             f"WorkflowType = 'TaskWorkflow' AND TaskQueue = {_quote(self.queue)} "
             "AND ExecutionStatus = 'Running'"
@@ -314,7 +348,7 @@ class TaskService:
                 found.append(execution.id)
             return found
 
-        task_ids = await self._call(ids)
+        task_ids = set(await self._call(ids)) | set(self._recent)
         views: list[TaskView] = []
 
         async def one(task_id: str) -> None:
@@ -332,12 +366,13 @@ class TaskService:
     async def cancel(self, task_id: str) -> TaskView:
         """Cancel a task and return it once it has ended (CANCELED).
 
-        Raises ``TaskNotFoundError`` or ``TaskNotCancelableError`` (the task has already ended).
+        Raises ``TaskNotFoundError``, or ``TaskNotCancelableError`` when the task has already
+        ended (also when it ends by itself while the cancel is on its way).
         """
         view = await self.view(task_id)
         if view is None:
             raise TaskNotFoundError(f"task {task_id} not found")
-        if view.closed or view.task.get("status", {}).get("state") in TERMINAL_STATES:
+        if view.closed or view.state in TERMINAL_STATES:
             raise TaskNotCancelableError(f"task {task_id} has already ended")
 
         async def cancel_and_wait(client: Client) -> TaskRecord:
@@ -345,8 +380,28 @@ class TaskService:
             await handle.signal(TaskWorkflow.cancel)
             return await handle.result(rpc_timeout=timedelta(seconds=60))
 
-        record = await self._call(cancel_and_wait)
+        try:
+            record = await self._call(cancel_and_wait)
+        except RPCError as exc:
+            if _not_found(exc):
+                raise TaskNotCancelableError(f"task {task_id} has already ended") from None
+            raise
+        if record.state != "TASK_STATE_CANCELED":
+            raise TaskNotCancelableError(f"task {task_id} ended before it could be canceled")
         return _view_of(record)
+
+
+def _update_error(exc: WorkflowUpdateFailedError, task_id: str) -> Exception:
+    """The runtime error a refused ``deliver`` update stands for."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError):
+        if cause.type == "TaskClosed":
+            return TaskClosedError(str(cause.message))
+        if cause.type == "TaskNotFound":
+            return TaskNotFoundError(f"task {task_id} not found")
+        if cause.type == "MessageIdReused":
+            return InvalidRequestValueError(str(cause.message))
+    return exc
 
 
 def _encode_token(offset: int) -> str:

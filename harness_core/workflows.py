@@ -62,17 +62,18 @@ class TaskWorkflow:
     @workflow.init
     def __init__(self, start: TaskStart) -> None:
         # Taken at construction so that an update delivered with the start already knows the task.
-        self._start: TaskStart | None = start
+        self._start = start
         self._state = "TASK_STATE_SUBMITTED"
         self._status_message: ProtoJSON | None = None
         self._history: list[ProtoJSON] = []
         self._artifacts: list[ProtoJSON] = []
         self._events: list[TaskEvent] = []
         self._mailbox: list[Inbound] = []
-        self._message_ids: list[str] = []
+        self._messages: dict[str, ProtoJSON] = {}  # every accepted message, by id
+        self._refused: set[str] = set()  # accepted, then dropped because the task ended first
         self._participants: list[str] = []
         self._accepted = 0  # messages accepted so far
-        self._processed = 0  # messages a finished turn has seen
+        self._processed = 0  # messages a finished turn has seen (or the end has refused)
         self._turns = 0
         self._in_turn = False
         self._cancel_requested = False
@@ -81,67 +82,71 @@ class TaskWorkflow:
 
     # -- the task as clients see it ---------------------------------------------------------------
 
-    def _ids(self) -> tuple[str, str]:
-        assert self._start is not None
-        return self._start.task_id, self._start.context_id
-
-    def _task(self) -> ProtoJSON:
-        task_id, context_id = self._ids()
+    def _task(self, *, full: bool = True) -> ProtoJSON:
         status: ProtoJSON = {"state": self._state, "timestamp": self._timestamp}
         if self._status_message is not None:
             status["message"] = self._status_message
-        task: ProtoJSON = {"id": task_id, "contextId": context_id, "status": status}
-        if self._history:
+        task: ProtoJSON = {
+            "id": self._start.task_id,
+            "contextId": self._start.context_id,
+            "status": status,
+        }
+        if full and self._history:
             task["history"] = list(self._history)
-        if self._artifacts:
+        if full and self._artifacts:
             task["artifacts"] = list(self._artifacts)
         return task
 
-    def _view(self) -> TaskView:
+    def _view(self, *, full: bool = True) -> TaskView:
         return TaskView(
-            task=self._task(),
+            task=self._task(full=full),
             last_seq=len(self._events),
             closed=self._closed,
             participants=tuple(self._participants),
+            agent_id=self._start.agent_id,
+            busy=self._busy(),
         )
 
-    def _settled(self) -> bool:
-        """No turn running or waiting, and the task rests in a state where a client stops waiting."""
-        return not self._mailbox and not self._in_turn and self._state in SETTLED_STATES
+    def _busy(self) -> bool:
+        """A turn runs, or a message waits for one."""
+        return bool(self._mailbox) or self._in_turn
 
-    def _page(self, after: int) -> EventPage:
-        return EventPage(events=tuple(self._events[max(after, 0) :]), view=self._view())
+    def _settled(self) -> bool:
+        """Nothing to do, and the task rests in a state where a client stops waiting."""
+        return not self._busy() and self._state in SETTLED_STATES
 
     def _emit_status(self, state: str, message: ProtoJSON | None = None) -> None:
-        task_id, context_id = self._ids()
         self._state = state
         self._status_message = message
         self._timestamp = workflow.now().isoformat().replace("+00:00", "Z")
         status: ProtoJSON = {"state": state, "timestamp": self._timestamp}
         if message is not None:
             status["message"] = message
-        body: ProtoJSON = {"taskId": task_id, "contextId": context_id, "status": status}
+        body: ProtoJSON = {
+            "taskId": self._start.task_id,
+            "contextId": self._start.context_id,
+            "status": status,
+        }
         self._events.append(TaskEvent(seq=len(self._events) + 1, kind="status", body=body))
 
     def _emit_artifact(self, artifact: ProtoJSON) -> None:
-        task_id, context_id = self._ids()
         self._artifacts.append(artifact)
         body: ProtoJSON = {
-            "taskId": task_id,
-            "contextId": context_id,
+            "taskId": self._start.task_id,
+            "contextId": self._start.context_id,
             "artifact": artifact,
             "lastChunk": True,
         }
         self._events.append(TaskEvent(seq=len(self._events) + 1, kind="artifact", body=body))
 
     def _agent_message(self, key: str, text: str) -> ProtoJSON:
-        task_id, context_id = self._ids()
+        task_id = self._start.task_id
         message: ProtoJSON = {
             "messageId": f"{task_id}:{key}",
             "role": "ROLE_AGENT",
             "parts": [{"text": text}],
             "taskId": task_id,
-            "contextId": context_id,
+            "contextId": self._start.context_id,
         }
         self._history.append(message)
         return message
@@ -158,6 +163,7 @@ class TaskWorkflow:
             await self._turn(start)
             if self._state in TERMINAL_STATES:
                 break
+        self._refuse_pending()
         self._closed = True
         record = TaskRecord(
             task_id=start.task_id,
@@ -166,7 +172,7 @@ class TaskWorkflow:
             state=self._state,
             task=self._task(),
             events=tuple(self._events),
-            message_ids=tuple(self._message_ids),
+            message_ids=tuple(m for m in self._messages if m not in self._refused),
             participants=tuple(self._participants),
             updated_at=self._timestamp,
         )
@@ -179,9 +185,23 @@ class TaskWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         return record
 
+    def _refuse_pending(self) -> None:
+        """The task ended with messages still queued: drop them, and tell their waiting senders."""
+        for inbound in self._mailbox:
+            message_id = str(inbound.message.get("messageId", ""))
+            self._refused.add(message_id)
+            self._history = [m for m in self._history if m.get("messageId") != message_id]
+        self._processed += len(self._mailbox)
+        self._mailbox.clear()
+
     async def _turn(self, start: TaskStart) -> None:
         self._in_turn = True
         taken = len(self._mailbox)
+        in_history = {m.get("messageId") for m in self._history}
+        for inbound in self._mailbox:
+            message_id = inbound.message.get("messageId")
+            if message_id not in in_history:
+                self._history.append(self._messages[str(message_id)])
         self._mailbox.clear()
         self._turns += 1
         if self._state != "TASK_STATE_WORKING":
@@ -231,21 +251,29 @@ class TaskWorkflow:
             self._in_turn = False
 
     def _apply(self, output: TurnOutput) -> None:
-        task_id, _ = self._ids()
-        if output.action == "ask":
-            message = self._agent_message(f"ask:{self._turns}", output.text)
-            self._emit_status("TASK_STATE_INPUT_REQUIRED", message)
-        elif output.action == "fail":
+        number = self._turns
+        if output.action == "fail":
             self._emit_status("TASK_STATE_FAILED", self._agent_message("final", output.text))
+        elif self._mailbox:
+            # Messages arrived during this turn; the model has not seen them, so the task does
+            # not settle: its answer is recorded and the next turn takes them.
+            key = "ask" if output.action == "ask" else "answer"
+            self._agent_message(f"{key}:{number}", output.text)
+            if output.action == "answer":
+                self._emit_artifact(self._result(number, output.text))
+        elif output.action == "ask":
+            message = self._agent_message(f"ask:{number}", output.text)
+            self._emit_status("TASK_STATE_INPUT_REQUIRED", message)
         else:
-            self._emit_artifact(
-                {
-                    "artifactId": f"{task_id}:result:{self._turns}",
-                    "name": "result",
-                    "parts": [{"text": output.text}],
-                }
-            )
+            self._emit_artifact(self._result(number, output.text))
             self._emit_status("TASK_STATE_COMPLETED", self._agent_message("final", output.text))
+
+    def _result(self, number: int, text: str) -> ProtoJSON:
+        return {
+            "artifactId": f"{self._start.task_id}:result:{number}",
+            "name": "result",
+            "parts": [{"text": text}],
+        }
 
     def _chat_history(self) -> list[ChatMessage]:
         return [
@@ -260,15 +288,21 @@ class TaskWorkflow:
     @workflow.update
     async def deliver(self, inbound: Inbound) -> Receipt:
         message_id = str(inbound.message.get("messageId", ""))
-        duplicate = message_id in self._message_ids
+        duplicate = message_id in self._messages
         cursor = len(self._events)
         if not duplicate:
-            self._message_ids.append(message_id)
+            message = {
+                **inbound.message,
+                "taskId": self._start.task_id,
+                "contextId": self._start.context_id,
+            }
+            self._messages[message_id] = message
             if inbound.participant and inbound.participant not in self._participants:
                 self._participants.append(inbound.participant)
-            task_id, context_id = self._ids()
-            message = {**inbound.message, "taskId": task_id, "contextId": context_id}
-            self._history.append(message)
+            if not self._in_turn:
+                # Idle: the message is next in the history. During a turn it waits for the next
+                # turn to take it, so the history stays in the order the model saw it.
+                self._history.append(message)
             self._mailbox.append(inbound)
             self._accepted += 1
         mine = self._accepted
@@ -276,12 +310,28 @@ class TaskWorkflow:
             await workflow.wait_condition(
                 lambda: self._closed or (self._processed >= mine and self._settled())
             )
+        if message_id in self._refused:
+            raise ApplicationError(
+                task_closed_message(self._start.task_id, self._state),
+                type="TaskClosed",
+                non_retryable=True,
+            )
         return Receipt(duplicate=duplicate, cursor=cursor, view=self._view())
 
     @deliver.validator
-    def _refuse_closed(self, inbound: Inbound) -> None:
+    def _check_delivery(self, inbound: Inbound) -> None:
+        if inbound.agent_id != self._start.agent_id:
+            # Another agent's task reads as not found (and is left unchanged).
+            raise ApplicationError("task not found", type="TaskNotFound", non_retryable=True)
         message_id = str(inbound.message.get("messageId", ""))
-        if self._start is None or message_id in self._message_ids:
+        known = self._messages.get(message_id)
+        if known is not None:
+            if known.get("parts") != inbound.message.get("parts"):
+                raise ApplicationError(
+                    f"message id {message_id} was already used for another message",
+                    type="MessageIdReused",
+                    non_retryable=True,
+                )
             return
         if self._closed or self._state in TERMINAL_STATES or self._cancel_requested:
             raise ApplicationError(
@@ -292,15 +342,19 @@ class TaskWorkflow:
 
     @workflow.update
     async def follow(self, after: int) -> EventPage:
-        """Wait until the log has events after ``after``, or the task settled; return them."""
+        """Wait until the log has events after ``after``, or the task settled; return them.
+
+        The view in the answer has no history or artifacts: update results are kept in the
+        workflow's history, so they stay small.
+        """
         await workflow.wait_condition(
             lambda: len(self._events) > after or self._settled() or self._closed
         )
-        return self._page(after)
+        return EventPage(events=tuple(self._events[max(after, 0) :]), view=self._view(full=False))
 
     @workflow.query
     def events(self, after: int) -> EventPage:
-        return self._page(after)
+        return EventPage(events=tuple(self._events[max(after, 0) :]), view=self._view())
 
     @workflow.query
     def view(self) -> TaskView:

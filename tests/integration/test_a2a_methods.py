@@ -349,3 +349,133 @@ async def test_following_an_ended_task_returns_the_rest_of_its_log(make_harness)
         page = await harness.tasks.follow(str(receipt.view.task["id"]), 1)
     assert [e.seq for e in page.events] == [2, 3]
     assert page.view.closed
+
+
+async def test_a_task_of_another_agent_is_not_found_and_stays_unchanged(make_harness):
+    victim = make_harness(ScriptedModel(["mine"]), model=HELD)
+    gate = Gate()
+    victim.model.gate = gate
+    intruder = make_harness()
+    async with serving(victim, intruder) as url:
+        async with a2a_client(f"{url}/agents/{victim.agent_id}", streaming=False) as client:
+            request = SendMessageRequest(
+                message=user_message("private"),
+                configuration=SendMessageConfiguration(return_immediately=True),
+            )
+            [task] = [e.task async for e in client.send_message(request)]
+            await gate.wait_entered()
+        async with a2a_client(f"{url}/agents/{intruder.agent_id}") as other:
+            with pytest.raises(TaskNotFoundError):
+                await other.get_task(GetTaskRequest(id=task.id))
+            with pytest.raises(TaskNotFoundError):
+                await other.cancel_task(CancelTaskRequest(id=task.id))
+            with pytest.raises(TaskNotFoundError):
+                await collect(other.subscribe(SubscribeToTaskRequest(id=task.id)))
+            with pytest.raises(TaskNotFoundError):
+                await collect(
+                    other.send_message(
+                        SendMessageRequest(message=user_message("hijack", task_id=task.id))
+                    )
+                )
+            listed = await other.list_tasks(ListTasksRequest())
+        gate.release()
+        async with a2a_client(f"{url}/agents/{victim.agent_id}", streaming=False) as client:
+            done = await wait_for_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
+    assert listed.tasks == []
+    assert [m.parts[0].text for m in done.history] == ["private", "mine"]
+
+
+async def test_a_message_sent_during_a_turn_gets_its_own_turn_before_the_task_settles(
+    make_harness,
+):
+    gate = Gate()
+    model = ScriptedModel(["first answer", "second answer"], gate=gate)
+    harness = make_harness(model, model=HELD)
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        request = SendMessageRequest(
+            message=user_message("one"),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        [task] = [e.task async for e in client.send_message(request)]
+        await gate.wait_entered()
+        follow_up = SendMessageRequest(
+            message=user_message("two", task_id=task.id),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        [queued] = [e.task async for e in client.send_message(follow_up)]
+        gate.release()
+        done = await wait_for_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
+    assert queued.status.state == TaskState.TASK_STATE_WORKING
+    assert [m.parts[0].text for m in done.history] == [
+        "one",
+        "first answer",
+        "two",
+        "second answer",
+    ]
+    assert [a.parts[0].text for a in done.artifacts] == ["first answer", "second answer"]
+    assert [[m.text for m in t.history if m.role == "user"] for t in model.turns] == [
+        ["one"],
+        ["one", "two"],
+    ]
+
+
+async def test_a_message_id_reused_for_another_message_is_refused(make_harness):
+    harness = make_harness(ScriptedModel(["ok"]))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        first = await send_blocking(client, user_message("original", message_id="m-reused"))
+        with pytest.raises(InvalidParamsError) as refused:
+            await send_blocking(client, user_message("different", message_id="m-reused"))
+        after = await client.get_task(GetTaskRequest(id=first.id))
+    assert "already used for another message" in str(refused.value)
+    assert [m.parts[0].text for m in after.history] == ["original", "ok"]
+
+
+async def test_subscribe_to_a_running_task_follows_it_to_the_end(make_harness):
+    gate = Gate()
+    harness = make_harness(ScriptedModel(["live"], gate=gate), model=HELD)
+    async with serving(harness) as url, a2a_client(url) as client:
+        request = SendMessageRequest(
+            message=user_message("watch me"),
+            configuration=SendMessageConfiguration(return_immediately=True),
+        )
+        async with a2a_client(url, streaming=False) as sender:
+            [task] = [e.task async for e in sender.send_message(request)]
+        await gate.wait_entered()
+        events: list[StreamResponse] = []
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                async for event in client.subscribe(SubscribeToTaskRequest(id=task.id)):
+                    events.append(event)
+
+            tg.start_soon(watch)
+            with anyio.fail_after(10):
+                while not events:
+                    await anyio.sleep(0.01)
+            gate.release()
+    assert kinds(events) == ["task", "status_update", "artifact_update", "status_update"]
+    assert events[0].task.status.state == TaskState.TASK_STATE_WORKING
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_an_unexpected_error_reaches_the_client_as_a_generic_error_with_a_request_id(
+    make_harness, monkeypatch, caplog
+):
+    harness = make_harness()
+
+    async def broken(task_id: str) -> None:
+        raise RuntimeError("db password=hunter2")
+
+    async with serving(harness) as url, httpx.AsyncClient() as http:
+        monkeypatch.setattr(harness.tasks, "view", broken)
+        response = await http.post(
+            f"{url}/",
+            headers={"A2A-Version": "1.0"},
+            json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "any"}},
+        )
+    error = response.json()["error"]
+    assert error["code"] == -32603
+    assert "hunter2" not in response.text
+    request_id = error["message"].removeprefix("internal error (request ").removesuffix(")")
+    assert len(request_id) == 12
+    assert f"GetTask failed (request {request_id})" in caplog.text

@@ -153,6 +153,14 @@ def test_a_config_error_prints_one_line_and_exits_2(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
+def test_a_bad_bind_option_is_a_config_error(config: tuple[Path, int]) -> None:
+    path, _ = config
+    result = harness("serve", str(path), "--bind", "nonsense")
+    assert result.returncode == 2
+    assert result.stderr.startswith("harness: bind 'nonsense': must be \"HOST:PORT\"")
+    assert "Traceback" not in result.stderr
+
+
 def test_two_configs_with_one_agent_id_are_a_conflict(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
