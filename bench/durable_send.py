@@ -35,7 +35,7 @@ Each scenario runs in a fresh child interpreter (``--scenario X --json``); the p
 them one after the other, bounds each with a timeout, and prints the table and the ratios. The
 exit code is 0 whatever the ratios; it is 1 only if a scenario failed entirely.
 
-Run: ``cd /work/main && PYTHONPATH=. python bench/durable_send.py`` (``--quick`` for a smoke run).
+Run from the repository root: ``PYTHONPATH=. python bench/durable_send.py`` (``--quick`` for a smoke run).
 """
 
 from __future__ import annotations

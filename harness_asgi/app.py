@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import (
@@ -117,7 +117,7 @@ class HarnessApp:
                 return
 
 
-def group_app(group: HarnessGroup) -> Any:
+def group_app(group: HarnessGroup) -> Starlette:
     """Every agent of a group under ``/agents/<id>``, the first also at the root.
 
     Per-agent prefixes (``Harness(prefix=...)``) and tenants on one endpoint come in a later release;

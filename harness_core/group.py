@@ -31,7 +31,7 @@ from harness_core.errors import (
 from harness_core.harness import Harness
 
 if TYPE_CHECKING:
-    from harness_asgi.app import HarnessApp
+    from starlette.types import ASGIApp
 
 __all__ = ["HarnessGroup"]
 
@@ -66,6 +66,7 @@ class HarnessGroup:
         self._ran = False
         self._stack: contextlib.AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
+        self._app: ASGIApp | None = None
 
     def harness(self, agent_id: str) -> Harness:
         for h in self.harnesses:
@@ -132,9 +133,18 @@ class HarnessGroup:
         async with self:
             yield
 
-    def asgi_app(self) -> HarnessApp:
-        """The HTTP face of the group's first agent (tenant routing comes with a later release)."""
-        return self.harnesses[0].asgi_app()
+    def asgi_app(self) -> ASGIApp:
+        """The group's HTTP face: one agent's own app, or every agent under ``/agents/<id>``.
+
+        (Several agents as tenants of one endpoint come with a later release.)
+        """
+        if len(self.harnesses) == 1:
+            return self.harnesses[0].asgi_app()
+        if self._app is None:
+            from harness_asgi.app import group_app
+
+            self._app = group_app(self)
+        return self._app
 
     async def serve(
         self, *, task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED
@@ -147,7 +157,7 @@ class HarnessGroup:
         """
         from harness_asgi.serve import serve_http
 
-        app = _group_app(self) if len(self.harnesses) > 1 else self.asgi_app()
+        app = self.asgi_app()
         graceful = max(h.settings.server.graceful_timeout for h in self.harnesses)
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
@@ -180,9 +190,3 @@ async def _watch_signals(
         async for signum in signals:
             log.info("received %s, shutting down", signal.Signals(signum).name)
             on_signal()
-
-
-def _group_app(group: HarnessGroup) -> HarnessApp:
-    from harness_asgi.app import group_app
-
-    return group_app(group)
