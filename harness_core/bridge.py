@@ -165,6 +165,10 @@ class _ThreadBridge:
             with trio.move_on_after(_CANCEL_GRACE) as scope:
                 scope.shield = True
                 await done.wait()
+            if holder and holder[0].done() and not holder[0].cancelled():
+                # temporalio turns the cancellation into its own error; the caller is leaving
+                # with its cancellation, so mark this one retrieved (asyncio would log it).
+                holder[0].exception()
             raise
         task = holder[0]
         if task.cancelled():

@@ -12,13 +12,12 @@ workflow's dedupe by message id makes the delivery idempotent too.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from temporalio.client import (
@@ -176,12 +175,8 @@ class TaskService:
                 return await client.execute_update_with_start_workflow(  # pyright: ignore[reportUnknownMemberType]
                     TaskWorkflow.deliver, inbound, start_workflow_operation=operation
                 )
-            except Exception:
-                # The operation's own future holds the same failure; retrieve it, or asyncio
-                # logs "Future exception was never retrieved" for every refused start. Bounded,
-                # in case a failure left that future unresolved.
-                with anyio.move_on_after(1), contextlib.suppress(Exception):
-                    await operation.workflow_handle()
+            except BaseException:
+                _retrieve_start_outcome(operation)
                 raise
 
         self._remember(task_id)
@@ -389,6 +384,19 @@ class TaskService:
         if record.state != "TASK_STATE_CANCELED":
             raise TaskNotCancelableError(f"task {task_id} ended before it could be canceled")
         return _view_of(record)
+
+
+def _retrieve_start_outcome(operation: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Mark a failed or cancelled update-with-start's start outcome as seen.
+
+    The operation keeps the start's outcome in a future of its own; when the call fails (a refused
+    start, a cancelled caller) nobody reads it, and asyncio logs "Future exception was never
+    retrieved" for each. temporalio offers no public way to read it without awaiting, and awaiting
+    is not possible while the caller is being cancelled.
+    """
+    future: Any = getattr(operation, "_workflow_handle", None)
+    if future is not None and future.done() and not future.cancelled():
+        future.exception()
 
 
 def _update_error(exc: WorkflowUpdateFailedError, task_id: str) -> Exception:
