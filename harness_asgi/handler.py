@@ -192,6 +192,10 @@ class HarnessRequestHandler(RequestHandler):
             page = await self._harness.tasks.events(params.id, after)
         if page is None:
             raise TaskNotFoundError()
+        if after > page.view.last_seq:
+            raise InvalidParamsError(
+                message=f"Last-Event-ID {after} is past the task's last event ({page.view.last_seq})"
+            )
         yield _task_proto(page.view)
         for event in page.events:
             yield _event_proto(event)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -50,13 +52,22 @@ from harness_core.pool import TemporalConnection
 from harness_core.store import TaskStore
 from harness_core.workflows import TaskWorkflow, task_closed_message
 
-__all__ = ["TaskService", "derive_task_id"]
+__all__ = ["MAX_MESSAGE_BYTES", "TaskService", "derive_task_id"]
+
+log = logging.getLogger("harness.tasks")
 
 T = TypeVar("T")
 
 _LIST_RUNNING_LIMIT = 1000
 # Far longer than visibility takes to list a new workflow.
 _RECENT_SECONDS = 300.0
+# How often a stream polls a quiet task: soon after a change, then backing off.
+_FOLLOW_FIRST_DELAY = 0.02
+_FOLLOW_MAX_DELAY = 0.5
+#: The largest message (as JSON) a task accepts.
+MAX_MESSAGE_BYTES = 256 * 1024
+# Queries ListTasks runs at once.
+_LIST_CONCURRENCY = 16
 
 
 def derive_task_id(agent_id: str, participant: str | None, message_id: str) -> str:
@@ -137,6 +148,12 @@ class TaskService:
         has is not an error: it gets the task as it is) and ``InvalidRequestValueError`` for a
         message id already used for a different message.
         """
+        size = len(json.dumps(message, separators=(",", ":")).encode())
+        if size > MAX_MESSAGE_BYTES:
+            # Temporal refuses payloads over 2 MB, and a task carries its whole history.
+            raise InvalidRequestValueError(
+                f"the message is {size} bytes; at most {MAX_MESSAGE_BYTES} are accepted"
+            )
         message_id = str(message.get("messageId", ""))
         inbound = Inbound(
             message=message, participant=participant, wait=wait, agent_id=self.agent_id
@@ -278,25 +295,28 @@ class TaskService:
     async def follow(self, task_id: str, after: int) -> EventPage:
         """Wait for events after ``after`` (or for the task to settle) and return them.
 
-        The page's view carries the task's state but not its history or artifacts.
+        Polls the workflow's ``progress`` query, quickly at first and then less often while
+        nothing happens. The page's view carries the task's state, not its history.
         """
-        try:
-            page = await self._call(
-                lambda c: c.get_workflow_handle(task_id).execute_update(  # pyright: ignore[reportUnknownMemberType]
-                    TaskWorkflow.follow, after
-                )
+        delay = _FOLLOW_FIRST_DELAY
+        while True:
+            record = await self._record(task_id)
+            if record is not None:
+                return EventPage(events=record.events[max(after, 0) :], view=_view_of(record))
+            page = await self._query(
+                task_id,
+                lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.progress, after),
             )
-            if self._mine(page.view) is None:
-                raise TaskNotFoundError(f"task {task_id} not found")
-            return page
-        except RPCError as exc:
-            if not _not_found(exc):
-                raise
-        # The workflow ended between two follows: the rest of the log is in the record.
-        page = await self.events(task_id, after)
-        if page is None:
-            raise TaskNotFoundError(f"task {task_id} not found")
-        return page
+            if page is None or self._mine(page.view) is None:
+                # Gone between two polls: its record may be on its way to the store.
+                ended = await self._ended_record(task_id)
+                if ended is None:
+                    raise TaskNotFoundError(f"task {task_id} not found")
+                return EventPage(events=ended.events[max(after, 0) :], view=_view_of(ended))
+            if page.events or page.view.settled:
+                return page
+            await anyio.sleep(delay)
+            delay = min(delay * 1.5, _FOLLOW_MAX_DELAY)
 
     async def list(
         self, *, context_id: str = "", state: str = "", page_size: int = 50, page_token: str = ""
@@ -345,9 +365,16 @@ class TaskService:
 
         task_ids = set(await self._call(ids)) | set(self._recent)
         views: list[TaskView] = []
+        limiter = anyio.CapacityLimiter(_LIST_CONCURRENCY)
 
         async def one(task_id: str) -> None:
-            view = await self.view(task_id)
+            async with limiter:
+                try:
+                    view = await self.view(task_id)
+                except RPCError as exc:
+                    # One broken workflow (a failing workflow task) must not hide the others.
+                    log.warning("task %s left out of the list: %s", task_id, exc.status.name)
+                    return
             if view is not None:
                 views.append(view)
 
@@ -381,6 +408,11 @@ class TaskService:
             if _not_found(exc):
                 raise TaskNotCancelableError(f"task {task_id} has already ended") from None
             raise
+        except WorkflowFailureError:
+            # Terminated or failed while the cancel was on its way.
+            raise TaskNotCancelableError(
+                f"task {task_id} ended before it could be canceled"
+            ) from None
         if record.state != "TASK_STATE_CANCELED":
             raise TaskNotCancelableError(f"task {task_id} ended before it could be canceled")
         return _view_of(record)

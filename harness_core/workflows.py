@@ -197,6 +197,9 @@ class TaskWorkflow:
     async def _turn(self, start: TaskStart) -> None:
         self._in_turn = True
         taken = len(self._mailbox)
+        # A local activity holds the workflow task, so reads, streams and cancels of the task wait
+        # for the turn; it is worth it only when every sender is waiting for the answer anyway.
+        local = start.local_activity and all(inbound.wait for inbound in self._mailbox)
         in_history = {m.get("messageId") for m in self._history}
         for inbound in self._mailbox:
             message_id = inbound.message.get("messageId")
@@ -214,7 +217,7 @@ class TaskWorkflow:
             history=tuple(self._chat_history()),
         )
         timeout = timedelta(seconds=start.turn_timeout)
-        if start.local_activity:
+        if local:
             handle = workflow.start_local_activity(
                 MODEL_TURN,
                 turn,
@@ -324,6 +327,12 @@ class TaskWorkflow:
             # Another agent's task reads as not found (and is left unchanged).
             raise ApplicationError("task not found", type="TaskNotFound", non_retryable=True)
         message_id = str(inbound.message.get("messageId", ""))
+        if message_id.startswith(f"{self._start.task_id}:"):
+            raise ApplicationError(
+                f"message ids starting with {self._start.task_id}: belong to the agent",
+                type="MessageIdReused",
+                non_retryable=True,
+            )
         known = self._messages.get(message_id)
         if known is not None:
             if known.get("parts") != inbound.message.get("parts"):
@@ -340,21 +349,19 @@ class TaskWorkflow:
                 non_retryable=True,
             )
 
-    @workflow.update
-    async def follow(self, after: int) -> EventPage:
-        """Wait until the log has events after ``after``, or the task settled; return them.
-
-        The view in the answer has no history or artifacts: update results are kept in the
-        workflow's history, so they stay small.
-        """
-        await workflow.wait_condition(
-            lambda: len(self._events) > after or self._settled() or self._closed
-        )
-        return EventPage(events=tuple(self._events[max(after, 0) :]), view=self._view(full=False))
-
     @workflow.query
     def events(self, after: int) -> EventPage:
+        """Events after ``after``, and the whole task."""
         return EventPage(events=tuple(self._events[max(after, 0) :]), view=self._view())
+
+    @workflow.query
+    def progress(self, after: int) -> EventPage:
+        """Events after ``after``, and the task's state without its history or artifacts.
+
+        Streams poll this (a query is neither written to history nor counted against the
+        workflow's update limits, which a long stream of updates would exhaust).
+        """
+        return EventPage(events=tuple(self._events[max(after, 0) :]), view=self._view(full=False))
 
     @workflow.query
     def view(self) -> TaskView:

@@ -479,3 +479,80 @@ async def test_an_unexpected_error_reaches_the_client_as_a_generic_error_with_a_
     request_id = error["message"].removeprefix("internal error (request ").removesuffix(")")
     assert len(request_id) == 12
     assert f"GetTask failed (request {request_id})" in caplog.text
+
+
+async def test_a_streamed_or_immediate_send_is_not_held_by_a_slow_turn_on_the_default_settings(
+    make_harness,
+):
+    gate = Gate()
+    harness = make_harness(ScriptedModel(["slow"], gate=gate))  # default: local turns allowed
+    async with serving(harness) as url, a2a_client(url) as client:
+        stream = client.send_message(SendMessageRequest(message=user_message("stream")))
+        with anyio.fail_after(5):  # a local turn would hold this for the whole turn
+            first = await anext(stream)
+        await gate.wait_entered()
+        async with a2a_client(url, streaming=False) as other:
+            with anyio.fail_after(5):
+                read = await other.get_task(GetTaskRequest(id=first.task.id))
+        gate.release()
+        rest = [e async for e in stream]
+    assert first.HasField("task")
+    assert read.status.state == TaskState.TASK_STATE_WORKING
+    assert rest[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_many_subscribers_of_one_task_all_see_it_to_the_end(make_harness):
+    gate = Gate()
+    harness = make_harness(ScriptedModel(["for everyone"], gate=gate), model=HELD)
+    async with serving(harness) as url:
+        async with a2a_client(url, streaming=False) as sender:
+            request = SendMessageRequest(
+                message=user_message("broadcast"),
+                configuration=SendMessageConfiguration(return_immediately=True),
+            )
+            [task] = [e.task async for e in sender.send_message(request)]
+        await gate.wait_entered()
+        streams: list[list[StreamResponse]] = []
+        async with a2a_client(url) as client, anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                events: list[StreamResponse] = []
+                streams.append(events)
+                async for event in client.subscribe(SubscribeToTaskRequest(id=task.id)):
+                    events.append(event)
+
+            for _ in range(12):  # more than Temporal's 10 updates in flight per workflow
+                tg.start_soon(watch)
+            with anyio.fail_after(10):
+                while len(streams) < 12 or not all(streams):
+                    await anyio.sleep(0.01)
+            gate.release()
+    assert len(streams) == 12
+    for events in streams:
+        assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_an_oversized_message_is_refused_and_starts_no_task(make_harness):
+    harness = make_harness()
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        with pytest.raises(InvalidParamsError) as refused:
+            await send_blocking(client, user_message("x" * 300_000))
+        listed = await client.list_tasks(ListTasksRequest())
+    assert "at most 262144 are accepted" in str(refused.value)
+    assert list(listed.tasks) == []
+
+
+async def test_last_event_id_past_the_end_and_agent_message_ids_are_refused(make_harness):
+    harness = make_harness(ScriptedModel([TurnOutput("which one?", action="ask")]))
+    async with serving(harness) as url:
+        async with a2a_client(url, streaming=False) as client:
+            task = await send_blocking(client, user_message("hi"))
+            assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+            with pytest.raises(InvalidParamsError, match="belong to the agent"):
+                await send_blocking(
+                    client,
+                    user_message("forged", task_id=task.id, message_id=f"{task.id}:ask:1"),
+                )
+        async with a2a_client(url, headers={"Last-Event-ID": "99"}) as resumed:
+            with pytest.raises(InvalidParamsError, match="past the task's last event"):
+                await collect(resumed.subscribe(SubscribeToTaskRequest(id=task.id)))
