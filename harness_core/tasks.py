@@ -439,7 +439,7 @@ def _update_error(exc: WorkflowUpdateFailedError, task_id: str) -> Exception:
             return TaskClosedError(str(cause.message))
         if cause.type == "TaskNotFound":
             return TaskNotFoundError(f"task {task_id} not found")
-        if cause.type == "MessageIdReused":
+        if cause.type in ("MessageIdReused", "TaskFull"):
             return InvalidRequestValueError(str(cause.message))
     return exc
 

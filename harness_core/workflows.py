@@ -13,6 +13,7 @@ Workflow code must be deterministic: time comes from ``workflow.now()``, and not
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -44,11 +45,17 @@ HEARTBEAT = "heartbeat"
 
 # The text of the validator's refusal; the HTTP layer recognises it to answer with a clear A2A error.
 CLOSED_TASK = "task is closed"
+#: The most user-message bytes one task holds (each also appears in the record's history).
+TASK_MESSAGES_BUDGET = 512 * 1024
 _TURN_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(milliseconds=200))
 
 
 def task_closed_message(task_id: str, state: str) -> str:
     return f"{CLOSED_TASK}: task {task_id} is {state.removeprefix('TASK_STATE_').lower()}"
+
+
+def _size_of(message: ProtoJSON) -> int:
+    return len(json.dumps(message, separators=(",", ":")).encode())
 
 
 def _text_of(message: ProtoJSON) -> str:
@@ -71,6 +78,7 @@ class TaskWorkflow:
         self._mailbox: list[Inbound] = []
         self._messages: dict[str, ProtoJSON] = {}  # every accepted message, by id
         self._refused: set[str] = set()  # accepted, then dropped because the task ended first
+        self._messages_bytes = 0  # JSON size of the accepted user messages
         self._participants: list[str] = []
         self._accepted = 0  # messages accepted so far
         self._processed = 0  # messages a finished turn has seen (or the end has refused)
@@ -300,6 +308,7 @@ class TaskWorkflow:
                 "contextId": self._start.context_id,
             }
             self._messages[message_id] = message
+            self._messages_bytes += _size_of(inbound.message)
             if inbound.participant and inbound.participant not in self._participants:
                 self._participants.append(inbound.participant)
             if not self._in_turn:
@@ -346,6 +355,16 @@ class TaskWorkflow:
             raise ApplicationError(
                 task_closed_message(self._start.task_id, self._state),
                 type="TaskClosed",
+                non_retryable=True,
+            )
+        # The task's record (history, artifacts, events) travels through Temporal, whose
+        # payloads stop at 2 MB; refuse the message that would take the task past its budget.
+        size = self._messages_bytes + _size_of(inbound.message)
+        if size > TASK_MESSAGES_BUDGET:
+            raise ApplicationError(
+                f"task {self._start.task_id} is full: its messages would exceed "
+                f"{TASK_MESSAGES_BUDGET} bytes; start a new task",
+                type="TaskFull",
                 non_retryable=True,
             )
 

@@ -12,6 +12,7 @@ from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
+    Role,
     SendMessageConfiguration,
     SendMessageRequest,
     StreamResponse,
@@ -556,3 +557,16 @@ async def test_last_event_id_past_the_end_and_agent_message_ids_are_refused(make
         async with a2a_client(url, headers={"Last-Event-ID": "99"}) as resumed:
             with pytest.raises(InvalidParamsError, match="past the task's last event"):
                 await collect(resumed.subscribe(SubscribeToTaskRequest(id=task.id)))
+
+
+async def test_a_task_refuses_the_message_that_would_take_it_past_its_budget(make_harness):
+    harness = make_harness(ScriptedModel([TurnOutput("more?", action="ask")]))
+    big = "y" * 200_000
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message(big))
+        await send_blocking(client, user_message(big, task_id=task.id))
+        with pytest.raises(InvalidParamsError, match="is full"):
+            await send_blocking(client, user_message(big, task_id=task.id))
+        after = await client.get_task(GetTaskRequest(id=task.id))
+    assert after.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert len([m for m in after.history if m.role == Role.ROLE_USER]) == 2
