@@ -128,7 +128,7 @@ def mean_result(runs: Sequence[Result]) -> Result:
         sequential_ok=sum(r.sequential_ok for r in runs),
         concurrent_ok=sum(r.concurrent_ok for r in runs),
         concurrent_seconds=sum(r.concurrent_seconds for r in runs),
-        notes=[f"mean of {len(runs)} runs in ABBA order (p50s {p50s} ms)"]
+        notes=[f"mean of {len(runs)} runs in mirrored order (p50s {p50s} ms)"]
         + [n for r in runs for n in r.notes],
         error_samples=[s for r in runs for s in r.error_samples],
     )
@@ -783,7 +783,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-abba",
         action="store_true",
-        help="run each product scenario once (default: twice, asyncio-trio-trio-asyncio)",
+        help="run each scenario once (default: the compared ones twice, in mirrored order)",
     )
     parser.add_argument("--quick", action="store_true", help="smoke run: 20 sequential, 64 total")
     parser.add_argument("--warmup", type=int, default=None, help="warm-up calls (default 20)")
@@ -832,12 +832,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     chosen: Sequence[str] = args.only or SCENARIOS
     results = {name: Result(name, notes=["not run"]) for name in SCENARIOS}
-    # The two product scenarios run twice, in ABBA order, and each is the mean of its two runs: a
-    # scenario that runs later in a run measured consistently slower, whichever backend it was.
-    order = list(chosen)
-    pair = ("product-asyncio", "product-trio")
-    if all(name in order for name in pair) and not args.no_abba:
-        order += [pair[1], pair[0]]
+    # The scenarios the targets compare closely (raw-embedded, and the product on both backends)
+    # run twice, in mirrored order (A B C C B A), and each is the mean of its two runs: a scenario
+    # that ran later in a run measured consistently slower, whatever it was.
+    mirrored = ("raw-embedded", "product-asyncio", "product-trio")
+    middle = [name for name in mirrored if name in chosen]
+    order = [name for name in chosen if name not in mirrored] + middle
+    if len(middle) > 1 and not args.no_abba:
+        order += middle[::-1]
     runs: dict[str, list[Result]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-durable-send-") as root:
         for index, name in enumerate(order):
