@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import AsyncGenerator
+from contextlib import AbstractAsyncContextManager
+from typing import Generic, TypeVar
 
 import anyio
 import attrs
@@ -28,6 +30,8 @@ from harness_core.errors import ConfigError
 
 __all__ = ["TemporalConnection", "TemporalPool", "pool"]
 
+T = TypeVar("T")
+
 
 @attrs.frozen
 class TemporalConnection:
@@ -39,13 +43,49 @@ class TemporalConnection:
     address: str
 
 
-@attrs.define
-class _Entry:
-    connection: TemporalConnection | None = None
-    users: int = 0
-    ready: anyio.Event = attrs.field(factory=anyio.Event)
-    released: anyio.Event = attrs.field(factory=anyio.Event)
-    failed: bool = False
+class _Shared(Generic[T]):
+    """One resource shared by leases: the first lease opens it and stays its owner.
+
+    Later leases join it. The owner's release waits (shielded) until every joined lease has been
+    released, then closes the resource in the task that opened it.
+    """
+
+    def __init__(self) -> None:
+        self.value: T | None = None
+        self._users = 0
+        self._ready = anyio.Event()
+        self._released = anyio.Event()
+
+    @contextlib.asynccontextmanager
+    async def own(self, opening: AbstractAsyncContextManager[T]) -> AsyncGenerator[T, None]:
+        try:
+            async with opening as value:
+                self.value, self._users = value, 1
+                self._ready.set()
+                try:
+                    yield value
+                finally:
+                    self._users -= 1
+                    if self._users:
+                        with anyio.CancelScope(shield=True):
+                            await self._released.wait()
+                    self.value = None
+        finally:
+            self._ready.set()  # a failed opening must not leave joiners waiting
+
+    @contextlib.asynccontextmanager
+    async def join(self) -> AsyncGenerator[T, None]:
+        await self._ready.wait()
+        value = self.value
+        if value is None:
+            raise RuntimeError("the shared Temporal connection failed to open or has closed")
+        self._users += 1
+        try:
+            yield value
+        finally:
+            self._users -= 1
+            if self._users == 0:
+                self._released.set()
 
 
 def connection_key(settings: Settings) -> str:
@@ -59,39 +99,29 @@ def connection_key(settings: Settings) -> str:
 
 class TemporalPool:
     def __init__(self) -> None:
-        self._entries: dict[str, _Entry] = {}
-        self._bridge: TemporalBridge | None = None
+        self._connections: dict[str, _Shared[TemporalConnection]] = {}
+        self._bridge: _Shared[TemporalBridge] | None = None
         self._bridge_backend = ""
-        self._bridge_users = 0
-        self._bridge_released: anyio.Event | None = None
 
     @contextlib.asynccontextmanager
     async def _lease_bridge(self) -> AsyncGenerator[TemporalBridge, None]:
         backend = current_backend()
-        if self._bridge is not None and self._bridge_backend == backend:
-            self._bridge_users += 1
-            try:
-                yield self._bridge
-            finally:
-                self._bridge_users -= 1
-                if self._bridge_users == 0 and self._bridge_released is not None:
-                    self._bridge_released.set()
-            return
         if self._bridge is not None:
-            raise RuntimeError(
-                f"the Temporal pool is open under {self._bridge_backend}; it cannot serve {backend}"
-            )
-        async with open_bridge() as bridge:
-            self._bridge, self._bridge_backend = bridge, backend
-            self._bridge_users, self._bridge_released = 1, anyio.Event()
-            try:
+            if self._bridge_backend != backend:
+                raise RuntimeError(
+                    f"the Temporal pool is open under {self._bridge_backend}; "
+                    f"it cannot serve {backend}"
+                )
+            async with self._bridge.join() as bridge:
                 yield bridge
-            finally:
-                self._bridge_users -= 1
-                if self._bridge_users:
-                    with anyio.CancelScope(shield=True):
-                        await self._bridge_released.wait()
-                self._bridge, self._bridge_released = None, None
+            return
+        shared = self._bridge = _Shared[TemporalBridge]()
+        self._bridge_backend = backend
+        try:
+            async with shared.own(open_bridge()) as bridge:
+                yield bridge
+        finally:
+            self._bridge = None
 
     @contextlib.asynccontextmanager
     async def lease(
@@ -108,41 +138,23 @@ class TemporalPool:
                 )
                 return
             key = connection_key(settings)
-            entry = self._entries.get(key)
-            if entry is not None:
-                await entry.ready.wait()
-                if entry.connection is None:
-                    raise RuntimeError("the shared Temporal connection failed to open")
-                if entry.connection.namespace != settings.temporal.namespace:
-                    raise ConfigError(
-                        f"agent {settings.agent_id}: agents that share the embedded database "
-                        f"{settings.database_path} must use one namespace "
-                        f"({entry.connection.namespace!r}, not {settings.temporal.namespace!r})"
-                    )
-                entry.users += 1
-                try:
-                    yield entry.connection
-                finally:
-                    entry.users -= 1
-                    if entry.users == 0:
-                        entry.released.set()
+            shared = self._connections.get(key)
+            if shared is not None:
+                async with shared.join() as connection:
+                    if connection.namespace != settings.temporal.namespace:
+                        raise ConfigError(
+                            f"agent {settings.agent_id}: agents that share the embedded database "
+                            f"{settings.database_path} must use one namespace "
+                            f"({connection.namespace!r}, not {settings.temporal.namespace!r})"
+                        )
+                    yield connection
                 return
-            entry = _Entry(users=1)
-            self._entries[key] = entry
+            shared = self._connections[key] = _Shared[TemporalConnection]()
             try:
-                async with self._open(settings, bridge) as connection:
-                    entry.connection = connection
-                    entry.ready.set()
-                    try:
-                        yield connection
-                    finally:
-                        entry.users -= 1
-                        if entry.users:
-                            with anyio.CancelScope(shield=True):
-                                await entry.released.wait()
+                async with shared.own(self._open(settings, bridge)) as connection:
+                    yield connection
             finally:
-                entry.ready.set()
-                del self._entries[key]
+                del self._connections[key]
 
     @contextlib.asynccontextmanager
     async def _open(
