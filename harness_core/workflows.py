@@ -47,6 +47,9 @@ HEARTBEAT = "heartbeat"
 CLOSED_TASK = "task is closed"
 #: The most user-message bytes one task holds (each also appears in the record's history).
 TASK_MESSAGES_BUDGET = 512 * 1024
+#: The most messages one task takes: each is an update, and Temporal refuses a workflow run's
+#: 2001st update (retries of a message are updates too, hence the margin).
+TASK_MESSAGES_LIMIT = 1000
 _TURN_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(milliseconds=200))
 
 
@@ -360,10 +363,10 @@ class TaskWorkflow:
         # The task's record (history, artifacts, events) travels through Temporal, whose
         # payloads stop at 2 MB; refuse the message that would take the task past its budget.
         size = self._messages_bytes + _size_of(inbound.message)
-        if size > TASK_MESSAGES_BUDGET:
+        if size > TASK_MESSAGES_BUDGET or len(self._messages) >= TASK_MESSAGES_LIMIT:
             raise ApplicationError(
-                f"task {self._start.task_id} is full: its messages would exceed "
-                f"{TASK_MESSAGES_BUDGET} bytes; start a new task",
+                f"task {self._start.task_id} is full: it holds at most {TASK_MESSAGES_LIMIT} "
+                f"messages and {TASK_MESSAGES_BUDGET} bytes of them; start a new task",
                 type="TaskFull",
                 non_retryable=True,
             )
