@@ -3,21 +3,58 @@
 Nothing here imports the HTTP layer (``harness_asgi``) at module level.
 """
 
-from harness_core.config import Settings, load_settings, settings_from_mapping
-from harness_core.errors import (
-    ConfigError,
-    EmbeddedTemporalError,
-    HarnessAlreadyStartedError,
-    HarnessConflictError,
-    HarnessError,
-    HarnessNotStartedError,
-    HarnessStoppedError,
-    TaskClosedError,
-)
-from harness_core.group import HarnessGroup
-from harness_core.harness import AgentState, Harness
-from harness_core.model import EchoModel, Gate, Model, ScriptedModel
-from harness_core.payloads import TurnInput, TurnOutput
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness_core.config import Settings, load_settings, settings_from_mapping
+    from harness_core.errors import (
+        ConfigError,
+        EmbeddedTemporalError,
+        HarnessAlreadyStartedError,
+        HarnessConflictError,
+        HarnessError,
+        HarnessNotStartedError,
+        HarnessStoppedError,
+        TaskClosedError,
+    )
+    from harness_core.group import HarnessGroup
+    from harness_core.harness import AgentState, Harness
+    from harness_core.model import EchoModel, Gate, Model, ScriptedModel
+    from harness_core.payloads import TurnInput, TurnOutput
+
+# The public names load on first use, so that `harness` can install its signal handlers before the
+# heavy imports (temporalio, a2a-sdk) run: a Ctrl-C during start-up then stops it cleanly.
+_HOMES = {
+    "AgentState": "harness_core.harness",
+    "ConfigError": "harness_core.errors",
+    "EchoModel": "harness_core.model",
+    "EmbeddedTemporalError": "harness_core.errors",
+    "Gate": "harness_core.model",
+    "Harness": "harness_core.harness",
+    "HarnessAlreadyStartedError": "harness_core.errors",
+    "HarnessConflictError": "harness_core.errors",
+    "HarnessError": "harness_core.errors",
+    "HarnessGroup": "harness_core.group",
+    "HarnessNotStartedError": "harness_core.errors",
+    "HarnessStoppedError": "harness_core.errors",
+    "Model": "harness_core.model",
+    "ScriptedModel": "harness_core.model",
+    "Settings": "harness_core.config",
+    "TaskClosedError": "harness_core.errors",
+    "TurnInput": "harness_core.payloads",
+    "TurnOutput": "harness_core.payloads",
+    "load_settings": "harness_core.config",
+    "settings_from_mapping": "harness_core.config",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'harness_core' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
 
 __all__ = [
     "AgentState",

@@ -9,18 +9,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Sequence
-from functools import partial
-from typing import cast
+from types import FrameType
+from typing import TYPE_CHECKING, cast
 
-import anyio
-
-from harness_core.claims import claims
-from harness_core.config import Settings, load_settings
 from harness_core.errors import ConfigError, HarnessConflictError, HarnessError
-from harness_core.group import HarnessGroup
-from harness_core.harness import Harness
+
+if TYPE_CHECKING:
+    from harness_core.config import Settings
 
 __all__ = ["main"]
 
@@ -43,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load(paths: Sequence[str]) -> list[Settings]:
+    from harness_core.claims import claims
+    from harness_core.config import load_settings
+
     settings = [load_settings(p) for p in paths]
     # The same clashes the group refuses at start, found without starting anything.
     with contextlib.ExitStack() as held:
@@ -109,6 +111,11 @@ def _serve(args: argparse.Namespace) -> int:
         level=getattr(logging, args.log_level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    import anyio
+
+    from harness_core.group import HarnessGroup
+    from harness_core.harness import Harness
+
     settings = _load(args.configs)
     notes = _shared_server_notes(settings, args.bind)
     for note in notes[:1]:
@@ -116,14 +123,22 @@ def _serve(args: argparse.Namespace) -> int:
     for note in notes[1:]:
         log.warning(note)
     group = HarnessGroup(*(Harness(s) for s in settings), bind=args.bind)
-    anyio.run(partial(group.serve), backend=args.backend)
+    anyio.run(group.serve, backend=args.backend)
     log.info("stopped")
     return 0
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    # Until `serve` installs its own handlers, SIGTERM stops start-up the way Ctrl-C does: the
+    # exception unwinds whatever started (a dev server included) and exits 130, quietly.
     try:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, _interrupt)
+        args = _parser().parse_args(argv)
         if args.command == "check":
             return _check(args.configs)
         return _serve(args)
@@ -137,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BaseExceptionGroup as group:  # a start failure inside the group's task group
         first = _first_leaf(group)
+        if isinstance(first, KeyboardInterrupt):
+            return 130
         if isinstance(first, HarnessError):
             print(f"harness: {first}", file=sys.stderr)
             return 2 if isinstance(first, ConfigError | HarnessConflictError) else 1
