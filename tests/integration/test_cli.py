@@ -364,3 +364,28 @@ def test_a_request_in_flight_when_sigterm_arrives_still_gets_its_answer(
     assert code == 0, server.log
     assert answers[0]["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert "Traceback" not in server.log
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_sigterm_during_start_up_stops_quietly_and_leaves_no_dev_server(
+    config: tuple[Path, int], backend: str
+) -> None:
+    path, _ = config
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness_core.cli", "serve", str(path), "--backend", backend],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+    )
+    try:
+        time.sleep(0.5)  # mid start-up: imports done, the dev server starting
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    # 130: stopped while starting; 0: it had started and stopped cleanly.
+    assert process.returncode in (0, 130), output.decode(errors="replace")
+    assert b"Traceback" not in output
+    assert dev_servers_on(path.parent / ".harness" / "temporal.sqlite3") == []
