@@ -9,11 +9,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Sequence
-from types import FrameType
 from typing import TYPE_CHECKING, cast
 
 from harness_core.errors import ConfigError, HarnessConflictError, HarnessError
@@ -128,16 +125,11 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    # Until `serve` installs its own handlers, SIGTERM stops start-up the way Ctrl-C does: the
-    # exception unwinds whatever started (a dev server included) and exits 130, quietly.
+    # The heavy imports happen in here, inside the try: a Ctrl-C while they run exits quietly.
+    # Signals are handled by `serve` from its first step, before anything has started; until then
+    # SIGTERM's default (exit at once) loses nothing.
     try:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, _interrupt)
         args = _parser().parse_args(argv)
         if args.command == "check":
             return _check(args.configs)
