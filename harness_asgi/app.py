@@ -54,7 +54,7 @@ class HarnessContextBuilder(DefaultServerCallContextBuilder):
 
 def build_routes(harness: Harness) -> list[BaseRoute]:
     card = build_agent_card(harness)
-    handler = HarnessRequestHandler(harness, card)
+    handler = HarnessRequestHandler(harness)
     builder = HarnessContextBuilder()
 
     async def current_card(_: AgentCard) -> AgentCard:

@@ -131,9 +131,8 @@ def _a2a_errors(operation: str) -> Generator[None, None, None]:
 class HarnessRequestHandler(RequestHandler):
     """Serves one agent's A2A methods from its Temporal-backed ``TaskService``."""
 
-    def __init__(self, harness: Harness, card: AgentCard) -> None:
+    def __init__(self, harness: Harness) -> None:
         self._harness = harness
-        self._card = card
 
     def _check_message(self, message: Message) -> None:
         if message.role != Role.ROLE_USER:
