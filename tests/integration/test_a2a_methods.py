@@ -570,3 +570,23 @@ async def test_a_task_refuses_the_message_that_would_take_it_past_its_budget(mak
         after = await client.get_task(GetTaskRequest(id=task.id))
     assert after.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert len([m for m in after.history if m.role == Role.ROLE_USER]) == 2
+
+
+async def test_a_first_message_retried_concurrently_starts_one_task_with_one_turn(make_harness):
+    model = ScriptedModel(["just once"])
+    harness = make_harness(model)
+    message = user_message("at the same time", message_id="concurrent-retry")
+    tasks: list[Task] = []
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        async with anyio.create_task_group() as tg:
+
+            async def send() -> None:
+                tasks.append(await send_blocking(client, message))
+
+            for _ in range(4):
+                tg.start_soon(send)
+        listed = await client.list_tasks(ListTasksRequest())
+    assert len({t.id for t in tasks}) == 1
+    assert all(t.status.state == TaskState.TASK_STATE_COMPLETED for t in tasks)
+    assert [t.id for t in listed.tasks] == [tasks[0].id]
+    assert len(model.turns) == 1
