@@ -39,6 +39,16 @@ async def send_blocking(client, message) -> Task:
     return events[0].task
 
 
+async def send_immediately(client, message) -> Task:
+    """SendMessage with returnImmediately: the task as it is when the message was accepted."""
+    request = SendMessageRequest(
+        message=message, configuration=SendMessageConfiguration(return_immediately=True)
+    )
+    events = [e async for e in client.send_message(request)]
+    assert len(events) == 1
+    return events[0].task
+
+
 async def collect(stream) -> list[StreamResponse]:
     return [event async for event in stream]
 
@@ -137,11 +147,7 @@ async def test_list_tasks_shows_running_and_ended_tasks_filtered_by_context(make
         done = await send_blocking(client, user_message("first"))
         held = Gate()
         harness.model.gate = held  # the next turn is held: its task stays running
-        request = SendMessageRequest(
-            message=user_message("second"),
-            configuration=SendMessageConfiguration(return_immediately=True),
-        )
-        [running] = [e.task async for e in client.send_message(request)]
+        running = await send_immediately(client, user_message("second"))
         await held.wait_entered()
         listed = await client.list_tasks(ListTasksRequest())
         by_context = await client.list_tasks(ListTasksRequest(context_id=done.context_id))
@@ -164,11 +170,7 @@ async def test_cancel_ends_a_running_task_as_canceled_and_an_ended_task_is_not_c
     gate = Gate()
     harness = make_harness(ScriptedModel(["never"], gate=gate), model=HELD)
     async with serving(harness) as url, a2a_client(url, streaming=False) as client:
-        request = SendMessageRequest(
-            message=user_message("long job"),
-            configuration=SendMessageConfiguration(return_immediately=True),
-        )
-        [task] = [e.task async for e in client.send_message(request)]
+        task = await send_immediately(client, user_message("long job"))
         await gate.wait_entered()
         canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
         assert canceled.status.state == TaskState.TASK_STATE_CANCELED
@@ -359,11 +361,7 @@ async def test_a_task_of_another_agent_is_not_found_and_stays_unchanged(make_har
     intruder = make_harness()
     async with serving(victim, intruder) as url:
         async with a2a_client(f"{url}/agents/{victim.agent_id}", streaming=False) as client:
-            request = SendMessageRequest(
-                message=user_message("private"),
-                configuration=SendMessageConfiguration(return_immediately=True),
-            )
-            [task] = [e.task async for e in client.send_message(request)]
+            task = await send_immediately(client, user_message("private"))
             await gate.wait_entered()
         async with a2a_client(f"{url}/agents/{intruder.agent_id}") as other:
             with pytest.raises(TaskNotFoundError):
@@ -393,17 +391,9 @@ async def test_a_message_sent_during_a_turn_gets_its_own_turn_before_the_task_se
     model = ScriptedModel(["first answer", "second answer"], gate=gate)
     harness = make_harness(model, model=HELD)
     async with serving(harness) as url, a2a_client(url, streaming=False) as client:
-        request = SendMessageRequest(
-            message=user_message("one"),
-            configuration=SendMessageConfiguration(return_immediately=True),
-        )
-        [task] = [e.task async for e in client.send_message(request)]
+        task = await send_immediately(client, user_message("one"))
         await gate.wait_entered()
-        follow_up = SendMessageRequest(
-            message=user_message("two", task_id=task.id),
-            configuration=SendMessageConfiguration(return_immediately=True),
-        )
-        [queued] = [e.task async for e in client.send_message(follow_up)]
+        queued = await send_immediately(client, user_message("two", task_id=task.id))
         gate.release()
         done = await wait_for_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
     assert queued.status.state == TaskState.TASK_STATE_WORKING
@@ -435,12 +425,8 @@ async def test_subscribe_to_a_running_task_follows_it_to_the_end(make_harness):
     gate = Gate()
     harness = make_harness(ScriptedModel(["live"], gate=gate), model=HELD)
     async with serving(harness) as url, a2a_client(url) as client:
-        request = SendMessageRequest(
-            message=user_message("watch me"),
-            configuration=SendMessageConfiguration(return_immediately=True),
-        )
         async with a2a_client(url, streaming=False) as sender:
-            [task] = [e.task async for e in sender.send_message(request)]
+            task = await send_immediately(sender, user_message("watch me"))
         await gate.wait_entered()
         events: list[StreamResponse] = []
         async with anyio.create_task_group() as tg:
@@ -507,11 +493,7 @@ async def test_many_subscribers_of_one_task_all_see_it_to_the_end(make_harness):
     harness = make_harness(ScriptedModel(["for everyone"], gate=gate), model=HELD)
     async with serving(harness) as url:
         async with a2a_client(url, streaming=False) as sender:
-            request = SendMessageRequest(
-                message=user_message("broadcast"),
-                configuration=SendMessageConfiguration(return_immediately=True),
-            )
-            [task] = [e.task async for e in sender.send_message(request)]
+            task = await send_immediately(sender, user_message("broadcast"))
         await gate.wait_entered()
         streams: list[list[StreamResponse]] = []
         async with a2a_client(url) as client, anyio.create_task_group() as tg:
