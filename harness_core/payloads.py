@@ -49,6 +49,8 @@ class Inbound:
     wait: bool = False
     #: The agent the message was sent to; a task of another agent refuses it as not found.
     agent_id: str = ""
+    #: The message's size as compact JSON, measured once by the sender (the task's budget).
+    size: int = 0
 
 
 @attrs.frozen

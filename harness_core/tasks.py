@@ -156,7 +156,11 @@ class TaskService:
             )
         message_id = str(message.get("messageId", ""))
         inbound = Inbound(
-            message=message, participant=participant, wait=wait, agent_id=self.agent_id
+            message=message,
+            participant=participant,
+            wait=wait,
+            agent_id=self.agent_id,
+            size=size,
         )
         task_id = str(message.get("taskId") or "")
         if task_id:

@@ -13,7 +13,6 @@ Workflow code must be deterministic: time comes from ``workflow.now()``, and not
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -55,10 +54,6 @@ _TURN_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(millise
 
 def task_closed_message(task_id: str, state: str) -> str:
     return f"{CLOSED_TASK}: task {task_id} is {state.removeprefix('TASK_STATE_').lower()}"
-
-
-def _size_of(message: ProtoJSON) -> int:
-    return len(json.dumps(message, separators=(",", ":")).encode())
 
 
 def _text_of(message: ProtoJSON) -> str:
@@ -311,7 +306,7 @@ class TaskWorkflow:
                 "contextId": self._start.context_id,
             }
             self._messages[message_id] = message
-            self._messages_bytes += _size_of(inbound.message)
+            self._messages_bytes += inbound.size
             if inbound.participant and inbound.participant not in self._participants:
                 self._participants.append(inbound.participant)
             if not self._in_turn:
@@ -362,7 +357,7 @@ class TaskWorkflow:
             )
         # The task's record (history, artifacts, events) travels through Temporal, whose
         # payloads stop at 2 MB; refuse the message that would take the task past its budget.
-        size = self._messages_bytes + _size_of(inbound.message)
+        size = self._messages_bytes + inbound.size
         if size > TASK_MESSAGES_BUDGET or len(self._messages) >= TASK_MESSAGES_LIMIT:
             raise ApplicationError(
                 f"task {self._start.task_id} is full: it holds at most {TASK_MESSAGES_LIMIT} "
