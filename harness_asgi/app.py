@@ -1,58 +1,72 @@
 """``HarnessApp``: one agent's ASGI app, which exists from construction and reads the agent's state.
 
-* The 503 gate: while the agent is not ready, every HTTP request gets
-  ``503 {"error": "agent <id> is not started"}`` and reaches no route (one attribute read).
-* Lifespan when top-level: served on its own (``hypercorn module:app``), the app starts its agent on
-  lifespan startup and stops it on shutdown, unless something else (a group, a host lifespan) runs it.
-* Routes, in this order: the agent card, JSON-RPC at the root, then the SDK's HTTP+JSON routes. The REST
-  routes end with a catch-all ``/{tenant}`` mount that would swallow any route listed after it.
+What a request meets, in order (seed: mount-design, HarnessApp and build_routes):
+
+1. The mount check. On the first request, the ``root_path`` the host mounted the app under must end with
+   the agent's prefix; otherwise the card would name URLs nobody serves. A wrong mount answers 500, logs
+   one ERROR, and every later request is refused the same way.
+2. The 503 gate: while the agent is not ready, ``503 {"error": "agent <id> is not started"}``. One
+   attribute read; the request reaches no route.
+3. CORS (``[server] cors_origins``), then the limits (``max_request_bytes`` → 413,
+   ``rate_limit_per_minute`` → 429), as ``RouteOptions`` allow.
+4. The identity (``harness_asgi.identity``): the header, or the host's resolver.
+5. The routes, in this order: the agent card, ``/_monitor``, ``/ui``, JSON-RPC at the root, then the SDK's
+   HTTP+JSON routes. Those end with a catch-all ``/{tenant}`` mount that would swallow any route listed
+   after it, so the harness's own routes come first.
+
+Served on its own (``hypercorn module:app``), the app starts its agent on lifespan startup and stops it on
+shutdown, unless something else (a group, a host lifespan) runs it. Under a ``Mount`` the host's lifespan
+does (``harness.lifespan``, ``HarnessGroup.lifespan``, ``harnesses_lifespan``).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import uuid
+from typing import TYPE_CHECKING, Any
 
-from a2a.server.context import ServerCallContext
 from a2a.server.routes import (
-    DefaultServerCallContextBuilder,
     create_agent_card_routes,
     create_jsonrpc_routes,
     create_rest_routes,
 )
 from a2a.types import AgentCard
 from starlette.applications import Starlette
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import BaseRoute, Mount
-from starlette.types import Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from harness_asgi.card import build_agent_card
-from harness_asgi.handler import PARTICIPANT_STATE_KEY, HarnessRequestHandler
+from harness_asgi.handler import HarnessRequestHandler
+from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, resolve_identity
+from harness_asgi.limits import LimitsMiddleware, RateLimiter
 from harness_core.harness import AgentState, Harness
+from harness_core.logs import agent_context
 
 if TYPE_CHECKING:
     from harness_core.group import HarnessGroup
 
-__all__ = ["PARTICIPANT_HEADER", "HarnessApp", "group_app"]
+__all__ = ["PARTICIPANT_HEADER", "HarnessApp", "MountCheck", "build_routes", "group_app"]
 
 log = logging.getLogger("harness.http")
 
-PARTICIPANT_HEADER = "x-participant-id"
+#: Request headers a browser client of an A2A agent sends.
+_CORS_HEADERS = [
+    "Authorization",
+    "Content-Type",
+    "A2A-Version",
+    "A2A-Extensions",
+    "Last-Event-ID",
+    "X-Participant-Id",
+]
 
 
-class HarnessContextBuilder(DefaultServerCallContextBuilder):
-    """The SDK's context (it keeps the headers the version check reads) plus the participant."""
-
-    def build(self, request: Request) -> ServerCallContext:
-        context = super().build(request)
-        participant = request.headers.get(PARTICIPANT_HEADER)
-        if participant:
-            context.state[PARTICIPANT_STATE_KEY] = participant
-        return context
-
-
-def build_routes(harness: Harness) -> list[BaseRoute]:
+def build_routes(harness: Harness) -> tuple[list[BaseRoute], list[BaseRoute], list[BaseRoute]]:
+    """The agent's routes: (card and the harness's own, JSON-RPC, HTTP+JSON), built against a
+    handler that reads the agent's state per call, so they exist before the agent starts."""
     card = build_agent_card(harness)
     handler = HarnessRequestHandler(harness)
     builder = HarnessContextBuilder()
@@ -64,12 +78,69 @@ def build_routes(harness: Harness) -> list[BaseRoute]:
             card = build_agent_card(harness)
         return card
 
-    return [
-        *create_agent_card_routes(card, card_modifier=current_card),
-        *create_jsonrpc_routes(handler, rpc_url="/", context_builder=builder),
-        # Last: the SDK's REST routes capture every path under /{tenant}.
-        Mount("", routes=create_rest_routes(handler, context_builder=builder)),
+    own: list[BaseRoute] = list(create_agent_card_routes(card, card_modifier=current_card))
+    if harness.routes.monitor:
+        own.append(Route("/_monitor", _monitor_endpoint(harness), methods=["GET"]))
+    ui_dir = getattr(harness.settings.server, "ui_dir", None)
+    if harness.routes.ui and ui_dir is not None:
+        own.append(Mount("/ui", app=StaticFiles(directory=ui_dir, html=True), name="ui"))
+    jsonrpc: list[BaseRoute] = [
+        *create_jsonrpc_routes(handler, rpc_url="/", context_builder=builder)
     ]
+    rest = list(create_rest_routes(handler, context_builder=builder))
+    return own, jsonrpc, rest
+
+
+def _monitor_endpoint(harness: Harness) -> Any:
+    async def monitor(request: Request) -> Response:
+        """The agent's state and its running tasks (ids and states only)."""
+        tasks = await harness.tasks.running()
+        return JSONResponse(
+            {
+                "agent": harness.agent_id,
+                "state": harness.state.value,
+                "taskQueue": harness.settings.effective_task_queue,
+                "publicUrl": harness.public_url,
+                "lastHeartbeat": await harness.tasks.last_heartbeat(),
+                "runningTasks": [
+                    {"id": v.task.get("id"), "state": v.state, "busy": v.busy}
+                    for v in sorted(tasks, key=lambda v: str(v.task.get("id")))
+                ],
+            }
+        )
+
+    return monitor
+
+
+class MountCheck:
+    """Fail closed when the app is served under a path other than its agent's prefix.
+
+    The first request decides: a wrong mount is logged once at ERROR, and every request answers 500
+    from then on (the card would send clients and remote agents to URLs nobody serves).
+    """
+
+    def __init__(self, harness: Harness) -> None:
+        self._harness = harness
+        self._verdict: str | None = None  # None until the first request; "" when fine
+
+    def problem(self, served_at: str) -> str:
+        """'' when ``served_at`` (the path before the agent's routes) agrees with the prefix."""
+        if self._verdict is None:
+            prefix = self._harness.prefix
+            served = served_at.rstrip("/")
+            if prefix and not served.endswith(prefix):
+                self._verdict = (
+                    f"agent {self._harness.agent_id} is mounted at {served_at or '/'!r} but "
+                    f"configured for prefix {prefix!r}"
+                )
+                log.error("%s; refusing every request until that is fixed", self._verdict)
+            else:
+                self._verdict = ""
+        return self._verdict
+
+
+def _error(status: int, message: str) -> Response:
+    return JSONResponse({"error": message}, status_code=status)
 
 
 class HarnessApp:
@@ -77,17 +148,58 @@ class HarnessApp:
 
     def __init__(self, harness: Harness) -> None:
         self.harness = harness
-        self._app = Starlette(routes=build_routes(harness))
+        self.mount_check = MountCheck(harness)
+        own, jsonrpc, rest = build_routes(harness)
+        # Last: the SDK's REST routes capture every path under /{tenant}.
+        app: ASGIApp = Starlette(routes=[*own, *jsonrpc, Mount("", routes=rest)])
+        server = harness.settings.server
+        if harness.routes.limits:
+            limiter = (
+                RateLimiter(server.rate_limit_per_minute) if server.rate_limit_per_minute else None
+            )
+            app = LimitsMiddleware(app, max_request_bytes=server.max_request_bytes, limiter=limiter)
+        else:
+            log.info(
+                "agent %s: request limits are off; the host must limit request size and rate",
+                harness.agent_id,
+            )
+        if harness.routes.cors and server.cors_origins:
+            app = CORSMiddleware(
+                app,
+                allow_origins=list(server.cors_origins),
+                allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+                allow_headers=_CORS_HEADERS,
+            )
+        self._app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
-        if scope["type"] == "http" and self.harness.state is not AgentState.READY:
-            response = JSONResponse(
-                {"error": f"agent {self.harness.agent_id} is not started"}, status_code=503
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        problem = self.mount_check.problem(str(scope.get("root_path", "")))
+        if problem:
+            await _error(500, problem)(scope, receive, send)
+            return
+        if self.harness.state is not AgentState.READY:
+            await _error(503, f"agent {self.harness.agent_id} is not started")(scope, receive, send)
+            return
+        with agent_context(self.harness.agent_id):
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            resolve_identity(self.harness, scope)
+        except Exception:
+            request_id = uuid.uuid4().hex[:12]
+            log.exception(
+                "agent %s: the participant resolver failed (request %s)",
+                self.harness.agent_id,
+                request_id,
             )
-            await response(scope, receive, send)
+            await _error(500, f"internal error (request {request_id})")(scope, receive, send)
             return
         await self._app(scope, receive, send)
 
@@ -118,14 +230,22 @@ class HarnessApp:
 
 
 def group_app(group: HarnessGroup) -> Starlette:
-    """Every agent of a group under ``/agents/<id>``, the first also at the root.
+    """Every agent of a group under its prefix; an agent built without one under ``/agents/<id>``.
 
-    Per-agent prefixes (``Harness(prefix=...)``) and tenants on one endpoint come in a later release;
-    this gives each agent of ``harness serve a.toml b.toml`` a reachable address today.
+    Raises ``ConfigError`` when two agents would share a prefix, or an agent's base_url disagrees
+    with the prefix it gets.
     """
+    from harness_core.errors import ConfigError
+
     routes: list[BaseRoute] = []
+    seen: dict[str, str] = {}
     for h in group.harnesses:
-        h.mounted_at(f"/agents/{h.agent_id}")
-        routes.append(Mount(f"/agents/{h.agent_id}", app=h.asgi_app()))
-    routes.append(Mount("", app=group.harnesses[0].asgi_app()))
+        if not h.prefix:
+            h.serve_under(f"/agents/{h.agent_id}")
+        if h.prefix in seen:
+            raise ConfigError(
+                f"agents {seen[h.prefix]} and {h.agent_id} have the same prefix {h.prefix!r}"
+            )
+        seen[h.prefix] = h.agent_id
+        routes.append(Mount(h.prefix, app=h.asgi_app()))
     return Starlette(routes=routes)

@@ -51,6 +51,7 @@ from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
     InternalError,
     InvalidParamsError,
+    InvalidRequestError,
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -58,15 +59,15 @@ from a2a.utils.errors import (
 from a2a.utils.task import apply_history_length
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from harness_asgi.identity import identity_of
 from harness_core import errors
 from harness_core.harness import Harness
 from harness_core.payloads import EventPage, TaskEvent, TaskView
 
-__all__ = ["PARTICIPANT_STATE_KEY", "HarnessRequestHandler"]
+__all__ = ["SEQ_KEY", "HarnessRequestHandler"]
 
 log = logging.getLogger("harness.http")
 
-PARTICIPANT_STATE_KEY = "harness.participant"
 SEQ_KEY = "harness.seq"
 
 
@@ -84,9 +85,22 @@ def _event_proto(event: TaskEvent) -> TaskStatusUpdateEvent | TaskArtifactUpdate
     return proto
 
 
-def _participant(context: ServerCallContext) -> str | None:
-    value = context.state.get(PARTICIPANT_STATE_KEY)
-    return value if isinstance(value, str) and value else None
+def _sender(context: ServerCallContext) -> str | None:
+    """Who sends a message; a strict caller nobody named may not."""
+    identity = identity_of(context)
+    if not identity.admitted:
+        raise InvalidRequestError(
+            message="no participant: this agent accepts messages only from an authenticated sender"
+        )
+    return identity.participant
+
+
+def _reader(context: ServerCallContext) -> str | None:
+    """Whose tasks a read may reach; a strict caller nobody named reaches none."""
+    identity = identity_of(context)
+    if not identity.admitted:
+        raise TaskNotFoundError()
+    return identity.participant
 
 
 def _last_event_id(context: ServerCallContext) -> int:
@@ -148,7 +162,7 @@ class HarnessRequestHandler(RequestHandler):
         with _a2a_errors("SendMessage"):
             receipt = await self._harness.tasks.send(
                 MessageToDict(params.message),
-                participant=_participant(context),
+                participant=_sender(context),
                 wait=not params.configuration.return_immediately,
             )
             return apply_history_length(_task_proto(receipt.view), params.configuration)
@@ -158,24 +172,27 @@ class HarnessRequestHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
         self._check_message(params.message)
+        participant = _sender(context)
         with _a2a_errors("SendStreamingMessage"):
             receipt = await self._harness.tasks.send(
-                MessageToDict(params.message), participant=_participant(context), wait=False
+                MessageToDict(params.message), participant=participant, wait=False
             )
         yield _task_proto(receipt.view)
         task_id = str(receipt.view.task["id"])
-        async for event in self._follow(task_id, receipt.cursor, "SendStreamingMessage"):
+        async for event in self._follow(
+            task_id, receipt.cursor, participant, "SendStreamingMessage"
+        ):
             yield event
 
     async def _follow(
-        self, task_id: str, after: int, operation: str
+        self, task_id: str, after: int, participant: str | None, operation: str
     ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent, None]:
         """Yield the task's events after ``after`` until it settles or ends."""
         tasks = self._harness.tasks
         while True:
             page: EventPage
             with _a2a_errors(operation):
-                page = await tasks.follow(task_id, after)
+                page = await tasks.follow(task_id, after, participant)
             for event in page.events:
                 yield _event_proto(event)
                 after = event.seq
@@ -187,8 +204,9 @@ class HarnessRequestHandler(RequestHandler):
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
         after = _last_event_id(context)
+        participant = _reader(context)
         with _a2a_errors("SubscribeToTask"):
-            page = await self._harness.tasks.events(params.id, after)
+            page = await self._harness.tasks.events(params.id, after, participant)
         if page is None:
             raise TaskNotFoundError()
         if after > page.view.last_seq:
@@ -201,13 +219,13 @@ class HarnessRequestHandler(RequestHandler):
             after = event.seq
         if page.view.settled:
             return
-        async for event in self._follow(params.id, after, "SubscribeToTask"):
+        async for event in self._follow(params.id, after, participant, "SubscribeToTask"):
             yield event
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         with _a2a_errors("GetTask"):
-            view = await self._harness.tasks.view(params.id)
+            view = await self._harness.tasks.view(params.id, _reader(context))
         if view is None:
             return None
         return apply_history_length(_task_proto(view), params)
@@ -219,8 +237,12 @@ class HarnessRequestHandler(RequestHandler):
             raise InvalidParamsError(message="pageSize must be between 1 and 100")
         page_size = params.page_size if params.HasField("page_size") else 50
         state = TaskState.Name(params.status) if params.status else ""
+        identity = identity_of(context)
+        if not identity.admitted:
+            return ListTasksResponse(page_size=page_size)
         with _a2a_errors("ListTasks"):
             views, next_token, total = await self._harness.tasks.list(
+                participant=identity.participant,
                 context_id=params.context_id,
                 state=state,
                 page_size=page_size,
@@ -241,7 +263,7 @@ class HarnessRequestHandler(RequestHandler):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         with _a2a_errors("CancelTask"):
-            view = await self._harness.tasks.cancel(params.id)
+            view = await self._harness.tasks.cancel(params.id, _reader(context))
         return _task_proto(view)
 
     async def on_create_task_push_notification_config(

@@ -11,10 +11,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+import attrs
 from temporalio import activity
 
 from harness_core.model import Model
 from harness_core.payloads import TaskRecord, TurnInput, TurnOutput
+from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.workflows import HEARTBEAT, MODEL_TURN, STORE_RECORD
 
@@ -36,7 +38,7 @@ class AgentActivities:
     @activity.defn(name=MODEL_TURN)
     async def model_turn(self, turn: TurnInput) -> TurnOutput:
         if activity.info().is_local:
-            return await self.model.reply(turn)
+            return _redacted(await self.model.reply(turn))
         result: list[TurnOutput] = []
         async with anyio.create_task_group() as tg:
 
@@ -48,7 +50,7 @@ class AgentActivities:
             tg.start_soon(beat)
             result.append(await self.model.reply(turn))
             tg.cancel_scope.cancel()
-        return result[0]
+        return _redacted(result[0])
 
     @activity.defn(name=STORE_RECORD)
     def store_record(self, record: TaskRecord) -> None:
@@ -60,3 +62,9 @@ class AgentActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.model_turn, self.store_record, self.heartbeat]
+
+
+def _redacted(output: TurnOutput) -> TurnOutput:
+    """A reply with every secret of the process masked: it is stored, and sent to clients."""
+    text = SECRETS.redact(output.text)
+    return output if text is output.text else attrs.evolve(output, text=text)

@@ -33,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--bind", metavar="HOST:PORT", help="override [server] bind")
     serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     serve.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    serve.add_argument(
+        "--log-format",
+        default="text",
+        choices=("text", "json"),
+        help="json: one object per line, with the agent each line is about",
+    )
     check = commands.add_parser("check", help="validate configuration and print what would run")
     check.add_argument("configs", nargs="+", metavar="CONFIG")
     return parser
@@ -80,7 +86,7 @@ def _shared_server_notes(settings: Sequence[Settings], bind: str | None) -> list
     if len(settings) < 2:
         return []
     used = bind or settings[0].server.bind
-    notes = [f"one HTTP server on {used}; each agent under /agents/<id>, the first also at /"]
+    notes = [f"one HTTP server on {used}; each agent under /agents/<id>"]
     notes.extend(
         f"agent {s.agent_id}: [server] bind {s.server.bind} is not used (the agents share {used})"
         for s in settings[1:]
@@ -104,10 +110,9 @@ def _check(paths: Sequence[str]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=getattr(logging, args.log_level),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from harness_core.logs import configure_logging
+
+    configure_logging(args.log_level, fmt=args.log_format)
     import anyio
 
     from harness_core.group import HarnessGroup

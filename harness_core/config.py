@@ -49,6 +49,7 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION_HINT = 'a duration (seconds or a string like "30s")'
 _NO_FILE = "<settings>"
 _SHOW_LIMIT = 60
+_MIN_REQUEST_BYTES = 1024
 _TOML_KINDS: dict[type, str] = {
     bool: "boolean",
     int: "integer",
@@ -94,6 +95,9 @@ class ServerConfig:
     bind: str = "127.0.0.1:8000"  # "HOST:PORT", IPv6 as "[::1]:8000"
     base_url: str | None = None  # the public URL; None means "http://<bind>"
     graceful_timeout: float = 5.0  # seconds in-flight work gets on shutdown
+    max_request_bytes: int = 1_048_576  # the largest request body accepted, at least 1024
+    rate_limit_per_minute: int = 0  # requests a minute per client address; 0 means no limit
+    cors_origins: tuple[str, ...] = ()  # "*" or origins like "https://app.example.com"
 
 
 @attrs.frozen
@@ -386,6 +390,11 @@ def _check_value(value: object, annotation: object, key: str, label: str) -> obj
             if not isinstance(item, str):
                 raise ConfigError(f"{label}: '{key}[{index}]' must be a string, got {_kind(item)}")
         return items
+    if annotation is int:
+        # bool is an int in Python, but `true` is not a number in TOML.
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{label}: '{key}' must be an integer, got {_kind(value)}")
+        return value
     if annotation is str:
         if not isinstance(value, str):
             raise ConfigError(f"{label}: '{key}' must be a string, got {_kind(value)}")
@@ -473,6 +482,24 @@ def _validate(settings: Settings, label: str) -> None:
             raise _bad_value(label, "server.base_url", server.base_url, problem)
     if server.graceful_timeout < 0:
         raise _bad_duration(label, "server.graceful_timeout", server.graceful_timeout, "be >= 0")
+    if server.max_request_bytes < _MIN_REQUEST_BYTES:
+        raise _bad_value(
+            label,
+            "server.max_request_bytes",
+            server.max_request_bytes,
+            f"must be at least {_MIN_REQUEST_BYTES} (bytes)",
+        )
+    if server.rate_limit_per_minute < 0:
+        raise _bad_value(
+            label,
+            "server.rate_limit_per_minute",
+            server.rate_limit_per_minute,
+            "must be >= 0 (0 means no limit)",
+        )
+    for index, origin in enumerate(server.cors_origins):
+        problem = _origin_problem(origin)
+        if problem is not None:
+            raise _bad_value(label, f"server.cors_origins[{index}]", origin, problem)
 
     if settings.heartbeat.interval < 1:
         raise _bad_duration(
@@ -521,6 +548,37 @@ def _url_problem(url: str) -> str | None:
         return shape
     if parts.query or parts.fragment or any(char.isspace() for char in url):
         return f"{shape}, without query, fragment or spaces"
+    return None
+
+
+def _origin_problem(origin: str) -> str | None:
+    shape = (
+        'must be "*" or an origin like "https://app.example.com" or "http://localhost:3000" '
+        "(scheme, host and optional port; no path, query, fragment or trailing slash)"
+    )
+    if origin == "*":
+        return None
+    try:
+        parts = urlsplit(origin)
+        port = parts.port  # raises on a port that is not a number in range
+    except ValueError:
+        return shape
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or parts.path
+        or any(char in origin for char in "?#@")
+        or any(char.isspace() for char in origin)
+    ):
+        return shape
+    # Browsers send the Origin header lowercase and without a default port, and CORS compares
+    # the strings exactly, so either would silently never match.
+    if origin != origin.lower():
+        return "must be lowercase (browsers send the Origin header lowercase)"
+    if port == {"http": 80, "https": 443}[parts.scheme]:
+        return (
+            f"must leave out the default port {port} (browsers leave it out of the Origin header)"
+        )
     return None
 
 

@@ -134,11 +134,12 @@ class HarnessGroup:
             yield
 
     def asgi_app(self) -> ASGIApp:
-        """The group's HTTP face: one agent's own app, or every agent under ``/agents/<id>``.
+        """The group's HTTP face: a lone agent without a prefix is served at the root; otherwise
+        each agent under its prefix, or ``/agents/<id>`` when it has none.
 
         (Several agents as tenants of one endpoint come with a later release.)
         """
-        if len(self.harnesses) == 1:
+        if len(self.harnesses) == 1 and not self.harnesses[0].prefix:
             return self.harnesses[0].asgi_app()
         if self._app is None:
             from harness_asgi.app import group_app

@@ -11,27 +11,53 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import attrs
 from anyio.abc import TaskStatus
 from temporalio.client import Client
 
 from harness_core.activities import AgentActivities
 from harness_core.config import Settings
-from harness_core.errors import HarnessAlreadyStartedError, HarnessNotStartedError
+from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
 from harness_core.model import Model, model_from_config
 from harness_core.pool import pool
+from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.tasks import TaskService
+from harness_core.urls import normalize_prefix, public_url
 from harness_core.worker import run_worker, sync_heartbeat_schedule
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from harness_asgi.app import HarnessApp
 
-__all__ = ["AgentState", "Harness"]
+__all__ = ["AgentState", "Harness", "ParticipantResolver", "RouteOptions"]
+
+#: Who sends a request, from the host's own authentication (``request.state``, ``scope["user"]``).
+#: Synchronous, because it runs before the request reaches the A2A routes; it may return None
+#: (nobody), and an exception it raises answers the request with a 500, never a fallback.
+ParticipantResolver = Callable[["Request"], "str | None"]
+
+
+@attrs.frozen
+class RouteOptions:
+    """Which of the harness's own HTTP behaviours its app carries (the A2A routes always)."""
+
+    #: ``[server] max_request_bytes`` (413) and ``rate_limit_per_minute`` (429). Turn off only
+    #: when the host limits request size and rate itself.
+    limits: bool = True
+    #: CORS for ``[server] cors_origins`` (when set).
+    cors: bool = True
+    #: ``GET /_monitor``: the agent's state and its running tasks.
+    monitor: bool = True
+    #: ``/ui``: the static files of ``[server] ui_dir`` (when set).
+    ui: bool = True
+
 
 log = logging.getLogger("harness")
 
@@ -53,11 +79,23 @@ class Harness:
     """
 
     def __init__(
-        self, settings: Settings, *, model: Model | None = None, client: Client | None = None
+        self,
+        settings: Settings,
+        *,
+        model: Model | None = None,
+        client: Client | None = None,
+        prefix: str | None = None,
+        participant: ParticipantResolver | None = None,
+        routes: RouteOptions | None = None,
     ) -> None:
         self.settings = settings
         self.model: Model = model if model is not None else model_from_config(settings.model)
         self._client = client
+        self._prefix = normalize_prefix(prefix)
+        # A disagreeing prefix fails here, before any lifespan runs.
+        public_url(settings.base_url, self._prefix)
+        self.participant_resolver = participant
+        self.routes = routes if routes is not None else RouteOptions()
         self.state = AgentState.STOPPED
         self.failure: str | None = None
         self._tasks: TaskService | None = None
@@ -66,26 +104,38 @@ class Harness:
         self._app: HarnessApp | None = None
         self._group: Any = None
         self._bound_url: str | None = None
-        self._mount_path = ""
 
     @property
     def agent_id(self) -> str:
         return self.settings.agent_id
 
     @property
+    def prefix(self) -> str:
+        """The path this agent is mounted under (``""`` at the root), normalized: ``/agents/a``."""
+        return self._prefix
+
+    @property
     def public_url(self) -> str:
-        """Where clients reach this agent: ``[server] base_url`` without a trailing slash.
+        """Where clients reach this agent, without a trailing slash: ``[server] base_url`` with
+        the prefix (see ``harness_core.urls.public_url``).
 
         With no ``base_url`` configured, the address the server actually bound (port 0 included).
         """
         base = self.settings.base_url
         if self.settings.server.base_url is None and self._bound_url is not None:
             base = self._bound_url
-        return base + self._mount_path
+        return public_url(base, self._prefix)
 
-    def mounted_at(self, path: str) -> None:
-        """Record the path the group's app serves this agent under (part of its public URL)."""
-        self._mount_path = "/" + path.strip("/") if path.strip("/") else ""
+    def serve_under(self, prefix: str) -> None:
+        """Give an agent built without a prefix the one its group's app serves it under.
+
+        Raises ``ConfigError`` when the agent has another prefix or its base_url disagrees.
+        """
+        prefix = normalize_prefix(prefix)
+        if self._prefix and self._prefix != prefix:
+            raise ConfigError(f"agent {self.agent_id} has prefix {self._prefix!r}, not {prefix!r}")
+        public_url(self.settings.base_url, prefix)
+        self._prefix = prefix
 
     def bound(self, host: str, port: int) -> None:
         """Record where the HTTP server listens (used for the public URL when none is set)."""
@@ -123,6 +173,8 @@ class Harness:
         self._done = anyio.Event()
         graceful = settings.server.graceful_timeout
         try:
+            # Every redactor in the process masks this agent's secrets while it runs.
+            SECRETS.register(self.agent_id, _secret_values(settings))
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 async with pool.lease(settings, client=self._client) as connection:
@@ -169,6 +221,7 @@ class Harness:
                 log.error("agent %s failed: %s", self.agent_id, self.failure)
             raise
         finally:
+            SECRETS.unregister(self.agent_id)
             self._tasks = None
             self._scope = None
             if self.state is not AgentState.FAILED:
@@ -204,3 +257,11 @@ class Harness:
         """A Starlette/FastAPI lifespan that runs this agent while the host app runs."""
         async with self:
             yield
+
+
+def _secret_values(settings: Settings) -> list[str]:
+    """The agent's secrets: today the Temporal API key, when one is configured."""
+    if settings.temporal.api_key_env is None:
+        return []
+    key = settings.api_key()
+    return [key] if key else []

@@ -28,6 +28,7 @@ __all__ = [
     "TaskView",
     "TurnInput",
     "TurnOutput",
+    "may_access",
 ]
 
 ProtoJSON = dict[str, Any]
@@ -37,6 +38,12 @@ TERMINAL_STATES = frozenset(
 )
 #: A blocking SendMessage returns, and a stream ends, once the task is in one of these.
 SETTLED_STATES = TERMINAL_STATES | {"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"}
+
+
+def may_access(participants: tuple[str, ...] | list[str], participant: str | None) -> bool:
+    """The access policy: a named participant reaches the tasks they are on; an anonymous caller
+    reaches the tasks nobody named started (and no other). Anything else reads as not found."""
+    return participant in participants if participant else not participants
 
 
 @attrs.frozen

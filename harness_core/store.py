@@ -7,9 +7,11 @@ readers proceed while a write commits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
+from collections.abc import Generator
 from pathlib import Path
 
 from harness_core.converter import payload_converter
@@ -29,7 +31,14 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE INDEX IF NOT EXISTS tasks_context ON tasks (context_id, updated_at);
 CREATE INDEX IF NOT EXISTS tasks_updated ON tasks (updated_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS task_participants (
+    task_id TEXT NOT NULL,
+    participant TEXT NOT NULL,
+    PRIMARY KEY (participant, task_id)
+);
 """
+# PRAGMA user_version: 1 added task_participants (filled from the records already stored).
+_VERSION = 1
 
 
 class TaskStore:
@@ -43,7 +52,23 @@ class TaskStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._migrate()
         path.chmod(0o600)
+
+    def _migrate(self) -> None:
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        if version >= _VERSION:
+            return
+        with self._transaction():
+            for (data,) in self._db.execute("SELECT record FROM tasks").fetchall():
+                self._put_participants(_record(data))
+            self._db.execute(f"PRAGMA user_version = {_VERSION}")
+
+    def _put_participants(self, record: TaskRecord) -> None:
+        self._db.executemany(
+            "INSERT OR IGNORE INTO task_participants VALUES (?, ?)",
+            [(record.task_id, p) for p in record.participants],
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -51,18 +76,27 @@ class TaskStore:
 
     def put(self, record: TaskRecord) -> None:
         data = json.dumps(payload_converter.unstructure(record), separators=(",", ":"))
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    record.task_id,
-                    record.context_id,
-                    record.agent_id,
-                    record.state,
-                    record.updated_at,
-                    data,
-                ),
-            )
+        row = (
+            record.task_id,
+            record.context_id,
+            record.agent_id,
+            record.state,
+            record.updated_at,
+            data,
+        )
+        with self._lock, self._transaction():
+            self._db.execute("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)", row)
+            self._put_participants(record)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Generator[None, None, None]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def get(self, task_id: str) -> TaskRecord | None:
         with self._lock:
@@ -72,11 +106,25 @@ class TaskStore:
         return None if row is None else _record(row[0])
 
     def list(
-        self, *, context_id: str = "", state: str = "", limit: int = 50, offset: int = 0
+        self,
+        *,
+        participant: str | None,
+        context_id: str = "",
+        state: str = "",
+        limit: int = 50,
+        offset: int = 0,
     ) -> tuple[list[TaskRecord], int]:
-        """Records newest first, filtered by context and state, and how many match in all."""
+        """Records ``participant`` may see (``may_access``) newest first, filtered by context and
+        state, and how many match in all."""
         where: list[str] = []
         args: list[str | int] = []
+        if participant:
+            where.append("task_id IN (SELECT task_id FROM task_participants WHERE participant = ?)")
+            args.append(participant)
+        else:
+            where.append(
+                "NOT EXISTS (SELECT 1 FROM task_participants p WHERE p.task_id = tasks.task_id)"
+            )
         if context_id:
             where.append("context_id = ?")
             args.append(context_id)

@@ -17,9 +17,10 @@ import json
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 from temporalio.client import (
@@ -47,8 +48,10 @@ from harness_core.payloads import (
     TaskRecord,
     TaskStart,
     TaskView,
+    may_access,
 )
 from harness_core.pool import TemporalConnection
+from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.workflows import TaskWorkflow, task_closed_message
 
@@ -68,6 +71,8 @@ _FOLLOW_MAX_DELAY = 0.5
 MAX_MESSAGE_BYTES = 256 * 1024
 # Queries ListTasks runs at once.
 _LIST_CONCURRENCY = 16
+# Task ids known to run on this agent's queue (ownership never changes).
+_OWNED_CACHE = 4096
 
 
 def derive_task_id(agent_id: str, participant: str | None, message_id: str) -> str:
@@ -98,8 +103,12 @@ def _quote(value: str) -> str:
 class TaskService:
     """The operations on one agent's tasks. Cancellation of a caller cancels its Temporal call.
 
-    A task of another agent (one sharing the namespace) reads as not found through every
-    operation, and is left unchanged.
+    Two checks guard every operation on a task, and a task that fails either reads as not found
+    (and is left unchanged):
+
+    * Ownership: the task's workflow runs on this agent's task queue (a described workflow, cached
+      per id), and carries this agent's id. Another agent's task, in the same namespace, fails it.
+    * Access (``may_access``): the caller's participant is on the task, or both are anonymous.
     """
 
     def __init__(
@@ -121,6 +130,7 @@ class TaskService:
         # Tasks started here lately: Temporal's visibility lists a new workflow only after a
         # moment, and ListTasks must show a task as soon as SendMessage returned it.
         self._recent: dict[str, float] = {}
+        self._owned: OrderedDict[str, None] = OrderedDict()
 
     async def _call(self, fn: Callable[[Client], Awaitable[T]]) -> T:
         client = self._connection.client
@@ -134,8 +144,38 @@ class TaskService:
         record = await anyio.to_thread.run_sync(self._store.get, task_id)
         return record if record is not None and record.agent_id == self.agent_id else None
 
-    def _mine(self, view: TaskView | None) -> TaskView | None:
-        return view if view is not None and view.agent_id == self.agent_id else None
+    def _mine(self, view: TaskView | None, participant: str | None) -> TaskView | None:
+        if view is None or view.agent_id != self.agent_id:
+            return None
+        return view if may_access(view.participants, participant) else None
+
+    def _own(self, task_id: str) -> None:
+        self._owned[task_id] = None
+        self._owned.move_to_end(task_id)
+        while len(self._owned) > _OWNED_CACHE:
+            self._owned.popitem(last=False)
+
+    async def _owner(self, task_id: str) -> bool | None:
+        """True when the task's workflow runs on this agent's queue, False when it runs on another
+        (or is no task), None when there is no such workflow."""
+        if task_id in self._owned:
+            self._owned.move_to_end(task_id)
+            return True
+
+        async def describe(client: Client) -> tuple[str, str]:
+            info = await client.get_workflow_handle(task_id).describe()
+            return info.task_queue, info.workflow_type
+
+        try:
+            queue, workflow_type = await self._call(describe)
+        except RPCError as exc:
+            if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
+                return None
+            raise
+        if queue != self.queue or workflow_type != "TaskWorkflow":
+            return False
+        self._own(task_id)
+        return True
 
     # -- send -------------------------------------------------------------------------------------
 
@@ -148,6 +188,8 @@ class TaskService:
         has is not an error: it gets the task as it is) and ``InvalidRequestValueError`` for a
         message id already used for a different message.
         """
+        # Any agent's secret a client pasted is masked before the message is stored anywhere.
+        message = cast("ProtoJSON", SECRETS.redact_json(message))
         size = len(json.dumps(message, separators=(",", ":")).encode())
         if size > MAX_MESSAGE_BYTES:
             # Temporal refuses payloads over 2 MB, and a task carries its whole history.
@@ -164,7 +206,7 @@ class TaskService:
         )
         task_id = str(message.get("taskId") or "")
         if task_id:
-            return await self._deliver_existing(task_id, message_id, inbound)
+            return await self._deliver_existing(task_id, inbound)
         task_id = derive_task_id(self.agent_id, participant, message_id)
         # The record outlives the workflow's retention: a late retry must find it, not restart it.
         if await self._record(task_id) is not None:
@@ -201,6 +243,7 @@ class TaskService:
                 raise
 
         self._remember(task_id)
+        self._own(task_id)
         try:
             return await self._call(update_with_start)
         except WorkflowAlreadyStartedError:
@@ -212,7 +255,12 @@ class TaskService:
                 return await self._closed_receipt(task_id, inbound)
             raise
 
-    async def _deliver_existing(self, task_id: str, message_id: str, inbound: Inbound) -> Receipt:
+    async def _deliver_existing(self, task_id: str, inbound: Inbound) -> Receipt:
+        owner = await self._owner(task_id)
+        if owner is False:
+            raise TaskNotFoundError(f"task {task_id} not found")
+        if owner is None:
+            return await self._closed_receipt(task_id, inbound)
         try:
             return await self._call(
                 lambda c: c.get_workflow_handle(task_id).execute_update(  # pyright: ignore[reportUnknownMemberType]
@@ -248,7 +296,7 @@ class TaskService:
     async def _closed_receipt(self, task_id: str, inbound: Inbound) -> Receipt:
         """The answer for a message to a task whose workflow has ended (or never existed)."""
         record = await self._ended_record(task_id)
-        if record is None:
+        if record is None or not may_access(record.participants, inbound.participant):
             raise TaskNotFoundError(f"task {task_id} not found")
         message_id = str(inbound.message.get("messageId", ""))
         if message_id in record.message_ids:
@@ -276,27 +324,38 @@ class TaskService:
                 return None
             raise
 
-    async def view(self, task_id: str) -> TaskView | None:
-        """The task as it is now, or None when this agent has no such task."""
+    async def view(self, task_id: str, participant: str | None) -> TaskView | None:
+        """The task as it is now, or None when this agent has no such task for ``participant``."""
+        view = await self._view(task_id)
+        return view if view is not None and may_access(view.participants, participant) else None
+
+    async def _view(self, task_id: str) -> TaskView | None:
+        """The task if it is this agent's, whoever asks."""
         record = await self._record(task_id)
         if record is not None:
             return _view_of(record)
+        if not await self._owner(task_id):
+            return None
         view = await self._query(
             task_id, lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.view)
         )
-        return self._mine(view)
+        return view if view is not None and view.agent_id == self.agent_id else None
 
-    async def events(self, task_id: str, after: int) -> EventPage | None:
+    async def events(self, task_id: str, after: int, participant: str | None) -> EventPage | None:
         """Events after ``after`` without waiting, or None when this agent has no such task."""
         record = await self._record(task_id)
         if record is not None:
+            if not may_access(record.participants, participant):
+                return None
             return EventPage(events=record.events[max(after, 0) :], view=_view_of(record))
+        if not await self._owner(task_id):
+            return None
         page = await self._query(
             task_id, lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.events, after)
         )
-        return page if page is not None and self._mine(page.view) is not None else None
+        return page if page is not None and self._mine(page.view, participant) else None
 
-    async def follow(self, task_id: str, after: int) -> EventPage:
+    async def follow(self, task_id: str, after: int, participant: str | None) -> EventPage:
         """Wait for events after ``after`` (or for the task to settle) and return them.
 
         Polls the workflow's ``progress`` query, quickly at first and then less often while
@@ -306,15 +365,19 @@ class TaskService:
         while True:
             record = await self._record(task_id)
             if record is not None:
+                if not may_access(record.participants, participant):
+                    raise TaskNotFoundError(f"task {task_id} not found")
                 return EventPage(events=record.events[max(after, 0) :], view=_view_of(record))
-            page = await self._query(
-                task_id,
-                lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.progress, after),
-            )
-            if page is None or self._mine(page.view) is None:
+            page = None
+            if await self._owner(task_id):
+                page = await self._query(
+                    task_id,
+                    lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.progress, after),
+                )
+            if page is None or self._mine(page.view, participant) is None:
                 # Gone between two polls: its record may be on its way to the store.
                 ended = await self._ended_record(task_id)
-                if ended is None:
+                if ended is None or not may_access(ended.participants, participant):
                     raise TaskNotFoundError(f"task {task_id} not found")
                 return EventPage(events=ended.events[max(after, 0) :], view=_view_of(ended))
             if page.events or page.view.settled:
@@ -323,17 +386,24 @@ class TaskService:
             delay = min(delay * 1.5, _FOLLOW_MAX_DELAY)
 
     async def list(
-        self, *, context_id: str = "", state: str = "", page_size: int = 50, page_token: str = ""
+        self,
+        *,
+        participant: str | None,
+        context_id: str = "",
+        state: str = "",
+        page_size: int = 50,
+        page_token: str = "",
     ) -> tuple[list[TaskView], str, int]:
-        """Tasks newest first: running ones from Temporal, ended ones from the store.
+        """The tasks ``participant`` may see, newest first: running ones from Temporal, ended ones
+        from the store.
 
         Returns the page, the next page's token ('' at the end) and the number of matching tasks.
         """
         offset = _decode_token(page_token)
         running = [
             v
-            for v in await self._running_views()
-            if not v.closed
+            for v in await self.running()
+            if may_access(v.participants, participant)
             and (not context_id or v.task.get("contextId") == context_id)
             and (not state or v.state == state)
         ]
@@ -342,6 +412,7 @@ class TaskService:
         store_offset = max(0, offset - len(running))
         records, stored_total = await anyio.to_thread.run_sync(
             lambda: self._store.list(
+                participant=participant,
                 context_id=context_id,
                 state=state,
                 limit=page_size - len(page),
@@ -353,9 +424,9 @@ class TaskService:
         end = offset + len(page)
         return page, (_encode_token(end) if end < total else ""), total
 
-    async def _running_views(self) -> list[TaskView]:
-        """Tasks whose workflows run on this agent's queue (a task that just ended may be
-        listed by visibility still; ``view`` then reads it from the store, closed)."""
+    async def running(self) -> list[TaskView]:
+        """Every running task of this agent, whoever is on it (visibility may still list a task
+        that just ended; it is left out once its record is in the store)."""
         query = (
             f"WorkflowType = 'TaskWorkflow' AND TaskQueue = {_quote(self.queue)} "
             "AND ExecutionStatus = 'Running'"
@@ -374,12 +445,12 @@ class TaskService:
         async def one(task_id: str) -> None:
             async with limiter:
                 try:
-                    view = await self.view(task_id)
+                    view = await self._view(task_id)
                 except RPCError as exc:
                     # One broken workflow (a failing workflow task) must not hide the others.
                     log.warning("task %s left out of the list: %s", task_id, exc.status.name)
                     return
-            if view is not None:
+            if view is not None and not view.closed:
                 views.append(view)
 
         async with anyio.create_task_group() as tg:
@@ -389,13 +460,17 @@ class TaskService:
 
     # -- cancel -----------------------------------------------------------------------------------
 
-    async def cancel(self, task_id: str) -> TaskView:
+    async def last_heartbeat(self) -> str | None:
+        """When the agent's heartbeat last ran (ISO 8601), or None before the first one."""
+        return await anyio.to_thread.run_sync(self._store.get_meta, "last_heartbeat")
+
+    async def cancel(self, task_id: str, participant: str | None) -> TaskView:
         """Cancel a task and return it once it has ended (CANCELED).
 
         Raises ``TaskNotFoundError``, or ``TaskNotCancelableError`` when the task has already
         ended (also when it ends by itself while the cancel is on its way).
         """
-        view = await self.view(task_id)
+        view = await self.view(task_id, participant)
         if view is None:
             raise TaskNotFoundError(f"task {task_id} not found")
         if view.closed or view.state in TERMINAL_STATES:

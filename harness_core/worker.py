@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from harness_core.activities import AgentActivities
+from harness_core.logs import AgentContextInterceptor
 from harness_core.pool import TemporalConnection
 from harness_core.workflows import HeartbeatWorkflow, TaskWorkflow
 
@@ -66,6 +67,8 @@ async def run_worker(
                 workflows=[TaskWorkflow, HeartbeatWorkflow],
                 activities=activities.all(),
                 activity_executor=executor,
+                # Every log line of an activity names its agent.
+                interceptors=[AgentContextInterceptor(activities.agent_id)],
                 workflow_runner=_RUNNER,
                 graceful_shutdown_timeout=timedelta(seconds=graceful_timeout),
             )

@@ -34,6 +34,7 @@ from harness_core.payloads import (
     TaskView,
     TurnInput,
     TurnOutput,
+    may_access,
 )
 
 __all__ = ["HeartbeatWorkflow", "TaskWorkflow", "task_closed_message"]
@@ -332,6 +333,10 @@ class TaskWorkflow:
     def _check_delivery(self, inbound: Inbound) -> None:
         if inbound.agent_id != self._start.agent_id:
             # Another agent's task reads as not found (and is left unchanged).
+            raise ApplicationError("task not found", type="TaskNotFound", non_retryable=True)
+        if self._messages and not may_access(self._participants, inbound.participant):
+            # A participant who is not on the task reads it as not found (the first message,
+            # delivered with the start, is what puts its sender on the task).
             raise ApplicationError("task not found", type="TaskNotFound", non_retryable=True)
         message_id = str(inbound.message.get("messageId", ""))
         if message_id.startswith(f"{self._start.task_id}:"):

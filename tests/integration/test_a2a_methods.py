@@ -349,7 +349,7 @@ async def test_following_an_ended_task_returns_the_rest_of_its_log(make_harness)
             participant=None,
             wait=True,
         )
-        page = await harness.tasks.follow(str(receipt.view.task["id"]), 1)
+        page = await harness.tasks.follow(str(receipt.view.task["id"]), 1, None)
     assert [e.seq for e in page.events] == [2, 3]
     assert page.view.closed
 

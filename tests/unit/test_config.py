@@ -8,6 +8,7 @@ import pytest
 
 from harness_core.config import (
     ModelConfig,
+    ServerConfig,
     Settings,
     load_settings,
     parse_duration,
@@ -48,6 +49,9 @@ def test_an_empty_file_gives_the_defaults(tmp_path: Path) -> None:
     assert (settings.bind_host, settings.bind_port) == ("127.0.0.1", 8000)
     assert settings.temporal.mode == "embedded"
     assert settings.model == ModelConfig()
+    assert settings.server.max_request_bytes == 1_048_576
+    assert settings.server.rate_limit_per_minute == 0
+    assert settings.server.cors_origins == ()
     assert settings.api_key() is None
     assert settings.tls_enabled is False
 
@@ -116,6 +120,9 @@ api_key_env = "TEMPORAL_API_KEY"
 bind = "0.0.0.0:9000"
 base_url = "https://agents.example.com/support/"
 graceful_timeout = "2s"
+max_request_bytes = 65536
+rate_limit_per_minute = 120
+cors_origins = ["https://app.example.com", "http://localhost:3000"]
 
 [heartbeat]
 interval = "5m"
@@ -134,6 +141,9 @@ turn_timeout = 30
     assert settings.base_url == "https://agents.example.com/support"
     assert (settings.bind_host, settings.bind_port) == ("0.0.0.0", 9000)
     assert settings.server.graceful_timeout == 2.0
+    assert settings.server.max_request_bytes == 65536
+    assert settings.server.rate_limit_per_minute == 120
+    assert settings.server.cors_origins == ("https://app.example.com", "http://localhost:3000")
     assert settings.heartbeat.interval == 300.0
     assert settings.model == ModelConfig(
         kind="scripted",
@@ -181,7 +191,8 @@ def test_an_unknown_key_names_the_key_the_file_and_the_allowed_keys(tmp_path: Pa
     message = error_for(tmp_path, '[server]\nbnd = "127.0.0.1:1"\n')
 
     assert message.endswith(
-        "unknown key 'server.bnd' (allowed in [server]: bind, base_url, graceful_timeout)"
+        "unknown key 'server.bnd' (allowed in [server]: bind, base_url, graceful_timeout, "
+        "max_request_bytes, rate_limit_per_minute, cors_origins)"
     )
 
 
@@ -214,6 +225,22 @@ def test_a_section_that_is_not_a_table_is_refused(tmp_path: Path) -> None:
         ("[store]\npath = 1\n", "'store.path' must be a path string, got integer"),
         ('[model]\nreplies = "hi"\n', "'model.replies' must be a list of strings, got string"),
         ('[model]\nreplies = ["a", 2]\n', "'model.replies[1]' must be a string, got integer"),
+        (
+            '[server]\nmax_request_bytes = "1MB"\n',
+            "'server.max_request_bytes' must be an integer, got string",
+        ),
+        (
+            "[server]\nmax_request_bytes = 2048.0\n",
+            "'server.max_request_bytes' must be an integer, got float",
+        ),
+        (
+            "[server]\nrate_limit_per_minute = true\n",
+            "'server.rate_limit_per_minute' must be an integer, got boolean",
+        ),
+        (
+            '[server]\ncors_origins = "*"\n',
+            "'server.cors_origins' must be a list of strings, got string",
+        ),
     ],
 )
 def test_a_value_of_the_wrong_type_names_the_key_and_the_expected_type(
@@ -360,6 +387,83 @@ def test_a_base_url_must_be_an_http_url_with_a_host(tmp_path: Path, url: str) ->
 )
 def test_out_of_range_durations_are_refused(tmp_path: Path, text: str, expected: str) -> None:
     assert expected in error_for(tmp_path, text)
+
+
+def test_the_smallest_request_body_limit_is_one_kibibyte(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "[server]\nmax_request_bytes = 1024\n"))
+
+    assert settings.server.max_request_bytes == 1024
+
+
+def test_a_request_body_limit_under_one_kibibyte_is_refused(tmp_path: Path) -> None:
+    message = error_for(tmp_path, "[server]\nmax_request_bytes = 1023\n")
+
+    assert message.endswith("'server.max_request_bytes' is 1023: must be at least 1024 (bytes)")
+
+
+def test_a_negative_rate_limit_is_refused_and_zero_means_no_limit(tmp_path: Path) -> None:
+    message = error_for(tmp_path, "[server]\nrate_limit_per_minute = -1\n")
+
+    assert message.endswith("'server.rate_limit_per_minute' is -1: must be >= 0 (0 means no limit)")
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "*",
+        "https://app.example.com",
+        "http://localhost:3000",
+        "http://127.0.0.1:8080",
+        "http://[::1]:3000",
+    ],
+)
+def test_cors_origins_accept_a_star_or_a_scheme_host_and_port(tmp_path: Path, origin: str) -> None:
+    settings = load_settings(write(tmp_path, f'[server]\ncors_origins = ["{origin}"]\n'))
+
+    assert settings.server == ServerConfig(cors_origins=(origin,))
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "",
+        "app.example.com",
+        "ftp://app.example.com",
+        "https://",
+        "https://app.example.com/",
+        "https://app.example.com/ui",
+        "https://app.example.com?x=1",
+        "https://app.example.com#top",
+        "https://user@app.example.com",
+        "https://app.example.com:99999",
+        "https://app .example.com",
+    ],
+)
+def test_a_cors_origin_that_is_not_an_origin_names_its_index_and_value(
+    tmp_path: Path, origin: str
+) -> None:
+    text = f'[server]\ncors_origins = ["https://ok.example.com", "{origin}"]\n'
+
+    message = error_for(tmp_path, text)
+
+    assert f"'server.cors_origins[1]' is '{origin}': must be \"*\" or an origin like" in message
+    assert "no path, query, fragment or trailing slash" in message
+
+
+@pytest.mark.parametrize(
+    ("origin", "reason"),
+    [
+        ("https://App.example.com", "must be lowercase"),
+        ("https://app.example.com:443", "must leave out the default port 443"),
+        ("http://localhost:80", "must leave out the default port 80"),
+    ],
+)
+def test_a_cors_origin_a_browser_would_never_send_is_refused(
+    tmp_path: Path, origin: str, reason: str
+) -> None:
+    message = error_for(tmp_path, f'[server]\ncors_origins = ["{origin}"]\n')
+
+    assert f"'server.cors_origins[0]' is '{origin}': {reason}" in message
 
 
 def test_an_unknown_model_kind_lists_the_allowed_kinds(tmp_path: Path) -> None:

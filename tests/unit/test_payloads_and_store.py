@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from pathlib import Path
 
-from harness_core.converter import data_converter
-from harness_core.payloads import Inbound, TaskEvent, TaskRecord, TurnOutput
+from harness_core.converter import data_converter, payload_converter
+from harness_core.payloads import Inbound, TaskEvent, TaskRecord, TurnOutput, may_access
 from harness_core.store import TaskStore
 from harness_core.tasks import derive_task_id
 
@@ -16,6 +18,7 @@ def record(
     context: str = "ctx",
     state: str = "TASK_STATE_COMPLETED",
     at: str = "2026-01-01T00:00:00Z",
+    participants: tuple[str, ...] = ("alice",),
 ) -> TaskRecord:
     return TaskRecord(
         task_id=task_id,
@@ -25,7 +28,7 @@ def record(
         task={"id": task_id, "contextId": context, "status": {"state": state}},
         events=(TaskEvent(seq=1, kind="status", body={"taskId": task_id}),),
         message_ids=("m1",),
-        participants=("alice",),
+        participants=participants,
         updated_at=at,
     )
 
@@ -62,16 +65,71 @@ def test_the_store_keeps_records_across_reopening_and_lists_newest_first(tmp_pat
     try:
         assert reopened.get("old") == record("old", at="2026-01-01T00:00:00Z")
         assert reopened.get("missing") is None
-        everything, total = reopened.list()
+        everything, total = reopened.list(participant="alice")
         assert [r.task_id for r in everything] == ["failed", "new", "old"]
         assert total == 3
-        by_context, _ = reopened.list(context_id="other")
+        by_context, _ = reopened.list(participant="alice", context_id="other")
         assert [r.task_id for r in by_context] == ["new"]
-        completed, completed_total = reopened.list(state="TASK_STATE_COMPLETED", limit=1)
+        completed, completed_total = reopened.list(
+            participant="alice", state="TASK_STATE_COMPLETED", limit=1
+        )
         assert [r.task_id for r in completed] == ["new"]
         assert completed_total == 2
-        page, _ = reopened.list(limit=1, offset=1)
+        page, _ = reopened.list(participant="alice", limit=1, offset=1)
         assert [r.task_id for r in page] == ["new"]
     finally:
         reopened.close()
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_access_policy_admits_members_and_anonymous_callers_to_anonymous_tasks_only() -> None:
+    assert may_access(("alice", "bob"), "bob")
+    assert not may_access(("alice",), "mallory")
+    assert not may_access(("alice",), None)
+    assert may_access((), None)
+    assert not may_access((), "alice")
+
+
+def test_the_store_lists_only_the_tasks_a_participant_is_on(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "agent.sqlite3")
+    try:
+        store.put(record("alices", participants=("alice",)))
+        store.put(record("shared", participants=("alice", "bob"), at="2026-01-02T00:00:00Z"))
+        store.put(record("anonymous", participants=()))
+        assert [r.task_id for r in store.list(participant="alice")[0]] == ["shared", "alices"]
+        assert [r.task_id for r in store.list(participant="bob")[0]] == ["shared"]
+        assert store.list(participant="mallory") == ([], 0)
+        assert [r.task_id for r in store.list(participant=None)[0]] == ["anonymous"]
+    finally:
+        store.close()
+
+
+def test_a_store_from_before_the_participants_table_is_migrated_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite3"
+    # The version-0 layout: records only.
+    db = sqlite3.connect(path)
+    db.execute(
+        "CREATE TABLE tasks (task_id TEXT PRIMARY KEY, context_id TEXT NOT NULL, "
+        "agent_id TEXT NOT NULL, state TEXT NOT NULL, updated_at TEXT NOT NULL, record TEXT NOT NULL)"
+    )
+    old = record("old", participants=("alice",))
+    db.execute(
+        "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            "old",
+            "ctx",
+            "agent",
+            old.state,
+            old.updated_at,
+            json.dumps(payload_converter.unstructure(old)),
+        ),
+    )
+    db.commit()
+    db.close()
+
+    store = TaskStore(path)
+    try:
+        assert [r.task_id for r in store.list(participant="alice")[0]] == ["old"]
+        assert store.list(participant=None) == ([], 0)
+    finally:
+        store.close()

@@ -1,0 +1,87 @@
+"""Who is calling: the participant a request speaks for, and whether that is trusted.
+
+Two modes (seed: mount-design, HarnessContextBuilder and strict ``sender_of``):
+
+* Header mode (no resolver): ``X-Participant-Id`` names the participant, as a gateway in front of the
+  agent asserts it. No header means an anonymous caller.
+* Strict mode (``Harness(participant=resolver)``): the host's resolver names the participant from its own
+  authentication; the header is never read. A resolver that raises answers 500 and never falls back to the
+  header. A caller the resolver does not name may send no message and reads no task.
+
+The identity is decided once per request, before any route runs (by ``HarnessApp`` or the FastAPI
+router's dependency), and kept in the ASGI scope, where the context builder finds it.
+"""
+
+from __future__ import annotations
+
+import attrs
+from a2a.server.context import ServerCallContext
+from a2a.server.routes import DefaultServerCallContextBuilder
+from starlette.requests import Request
+from starlette.types import Scope
+
+from harness_core.harness import Harness
+
+__all__ = [
+    "IDENTITY_KEY",
+    "IDENTITY_STATE_KEY",
+    "NOBODY",
+    "PARTICIPANT_HEADER",
+    "HarnessContextBuilder",
+    "Identity",
+    "identity_of",
+    "resolve_identity",
+]
+
+PARTICIPANT_HEADER = "x-participant-id"
+#: Where a request's identity waits in the ASGI scope.
+IDENTITY_KEY = "harness.identity"
+#: Where it waits in the A2A ``ServerCallContext.state``.
+IDENTITY_STATE_KEY = "harness.identity"
+
+
+@attrs.frozen
+class Identity:
+    """The participant a request speaks for (None: nobody), and whether a resolver named it."""
+
+    participant: str | None
+    strict: bool
+
+    @property
+    def admitted(self) -> bool:
+        """A strict caller must be named to send a message; an anonymous header caller may."""
+        return self.participant is not None or not self.strict
+
+
+#: A request that reached the routes without an identity (not through the app or the router)
+#: is nobody, in strict mode: it may send nothing and read nothing.
+NOBODY = Identity(participant=None, strict=True)
+
+
+def resolve_identity(harness: Harness, scope: Scope) -> Identity:
+    """Decide the request's identity and keep it in ``scope``. Exceptions of the resolver propagate."""
+    resolver = harness.participant_resolver
+    if resolver is None:
+        value = (Request(scope).headers.get(PARTICIPANT_HEADER) or "").strip()
+        identity = Identity(participant=value or None, strict=False)
+    else:
+        value = resolver(Request(scope))
+        identity = Identity(participant=value or None, strict=True)
+    scope[IDENTITY_KEY] = identity
+    return identity
+
+
+class HarnessContextBuilder(DefaultServerCallContextBuilder):
+    """The SDK's context (it keeps the headers the version check reads) plus the identity."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        identity = request.scope.get(IDENTITY_KEY)
+        context.state[IDENTITY_STATE_KEY] = identity if isinstance(identity, Identity) else NOBODY
+        return context
+
+
+def identity_of(context: ServerCallContext) -> Identity:
+    """The identity the builder put on the context (nobody, when there is none)."""
+    identity = context.state.get(IDENTITY_STATE_KEY)
+    return identity if isinstance(identity, Identity) else NOBODY
