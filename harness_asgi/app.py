@@ -25,6 +25,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+import attrs
 from a2a.server.routes import (
     create_agent_card_routes,
     create_jsonrpc_routes,
@@ -49,7 +50,14 @@ from harness_core.logs import agent_context
 if TYPE_CHECKING:
     from harness_core.group import HarnessGroup
 
-__all__ = ["PARTICIPANT_HEADER", "HarnessApp", "MountCheck", "build_routes", "group_app"]
+__all__ = [
+    "PARTICIPANT_HEADER",
+    "HarnessApp",
+    "HarnessRoutes",
+    "MountCheck",
+    "build_routes",
+    "group_app",
+]
 
 log = logging.getLogger("harness.http")
 
@@ -64,9 +72,24 @@ _CORS_HEADERS = [
 ]
 
 
-def build_routes(harness: Harness) -> tuple[list[BaseRoute], list[BaseRoute], list[BaseRoute]]:
-    """The agent's routes: (card and the harness's own, JSON-RPC, HTTP+JSON), built against a
-    handler that reads the agent's state per call, so they exist before the agent starts."""
+@attrs.frozen
+class HarnessRoutes:
+    """One agent's routes, built against a handler that reads the agent's state per call, so they
+    exist before the agent starts. ``HarnessApp`` and the FastAPI router arrange them."""
+
+    card: list[BaseRoute]
+    monitor: list[BaseRoute]
+    ui: list[BaseRoute]
+    jsonrpc: list[BaseRoute]
+    rest: list[BaseRoute]
+
+    def ordered(self) -> list[BaseRoute]:
+        """The card, the harness's own routes, JSON-RPC; last, the SDK's REST routes, which
+        capture every path under /{tenant}."""
+        return [*self.card, *self.monitor, *self.ui, *self.jsonrpc, Mount("", routes=self.rest)]
+
+
+def build_routes(harness: Harness) -> HarnessRoutes:
     card = build_agent_card(harness)
     handler = HarnessRequestHandler(harness)
     builder = HarnessContextBuilder()
@@ -78,17 +101,20 @@ def build_routes(harness: Harness) -> tuple[list[BaseRoute], list[BaseRoute], li
             card = build_agent_card(harness)
         return card
 
-    own: list[BaseRoute] = list(create_agent_card_routes(card, card_modifier=current_card))
+    monitor: list[BaseRoute] = []
     if harness.routes.monitor:
-        own.append(Route("/_monitor", _monitor_endpoint(harness), methods=["GET"]))
-    ui_dir = getattr(harness.settings.server, "ui_dir", None)
+        monitor.append(Route("/_monitor", _monitor_endpoint(harness), methods=["GET"]))
+    ui: list[BaseRoute] = []
+    ui_dir = harness.settings.ui_path
     if harness.routes.ui and ui_dir is not None:
-        own.append(Mount("/ui", app=StaticFiles(directory=ui_dir, html=True), name="ui"))
-    jsonrpc: list[BaseRoute] = [
-        *create_jsonrpc_routes(handler, rpc_url="/", context_builder=builder)
-    ]
-    rest = list(create_rest_routes(handler, context_builder=builder))
-    return own, jsonrpc, rest
+        ui.append(Mount("/ui", app=StaticFiles(directory=ui_dir, html=True), name="ui"))
+    return HarnessRoutes(
+        card=[*create_agent_card_routes(card, card_modifier=current_card)],
+        monitor=monitor,
+        ui=ui,
+        jsonrpc=[*create_jsonrpc_routes(handler, rpc_url="/", context_builder=builder)],
+        rest=[*create_rest_routes(handler, context_builder=builder)],
+    )
 
 
 def _monitor_endpoint(harness: Harness) -> Any:
@@ -113,7 +139,7 @@ def _monitor_endpoint(harness: Harness) -> Any:
 
 
 class MountCheck:
-    """Fail closed when the app is served under a path other than its agent's prefix.
+    """Fail closed when the agent is served under a path other than its prefix.
 
     The first request decides: a wrong mount is logged once at ERROR, and every request answers 500
     from then on (the card would send clients and remote agents to URLs nobody serves).
@@ -124,18 +150,26 @@ class MountCheck:
         self._verdict: str | None = None  # None until the first request; "" when fine
 
     def problem(self, served_at: str) -> str:
-        """'' when ``served_at`` (the path before the agent's routes) agrees with the prefix."""
+        """'' when ``served_at`` (the ``root_path`` a host mounted the app under) ends with the
+        prefix; otherwise what is wrong."""
         if self._verdict is None:
             prefix = self._harness.prefix
             served = served_at.rstrip("/")
-            if prefix and not served.endswith(prefix):
+            wrong = bool(prefix) and not served.endswith(prefix)
+            self.decide(f"mounted at {served_at or '/'!r}" if wrong else None)
+        return self._verdict or ""
+
+    def decide(self, wrong: str | None) -> str:
+        """Record the first request's finding (``wrong``: where the agent was found instead)."""
+        if self._verdict is None:
+            if wrong is None:
+                self._verdict = ""
+            else:
                 self._verdict = (
-                    f"agent {self._harness.agent_id} is mounted at {served_at or '/'!r} but "
-                    f"configured for prefix {prefix!r}"
+                    f"agent {self._harness.agent_id} is {wrong} but configured for prefix "
+                    f"{self._harness.prefix or '/'!r}"
                 )
                 log.error("%s; refusing every request until that is fixed", self._verdict)
-            else:
-                self._verdict = ""
         return self._verdict
 
 
@@ -149,9 +183,7 @@ class HarnessApp:
     def __init__(self, harness: Harness) -> None:
         self.harness = harness
         self.mount_check = MountCheck(harness)
-        own, jsonrpc, rest = build_routes(harness)
-        # Last: the SDK's REST routes capture every path under /{tenant}.
-        app: ASGIApp = Starlette(routes=[*own, *jsonrpc, Mount("", routes=rest)])
+        app: ASGIApp = Starlette(routes=build_routes(harness).ordered())
         server = harness.settings.server
         if harness.routes.limits:
             limiter = (

@@ -18,10 +18,11 @@ if TYPE_CHECKING:
         HarnessStoppedError,
         TaskClosedError,
     )
-    from harness_core.group import HarnessGroup
-    from harness_core.harness import AgentState, Harness
+    from harness_core.group import HarnessGroup, harnesses_lifespan
+    from harness_core.harness import AgentState, Harness, ParticipantResolver, RouteOptions
     from harness_core.model import EchoModel, Gate, Model, ScriptedModel
     from harness_core.payloads import TurnInput, TurnOutput
+    from harness_core.urls import public_url
 
 # The public names load on first use, so that `harness` can install its signal handlers before the
 # heavy imports (temporalio, a2a-sdk) run: a Ctrl-C during start-up then stops it cleanly.
@@ -39,6 +40,10 @@ _HOMES = {
     "HarnessNotStartedError": "harness_core.errors",
     "HarnessStoppedError": "harness_core.errors",
     "Model": "harness_core.model",
+    "ParticipantResolver": "harness_core.harness",
+    "RouteOptions": "harness_core.harness",
+    "harnesses_lifespan": "harness_core.group",
+    "public_url": "harness_core.urls",
     "ScriptedModel": "harness_core.model",
     "Settings": "harness_core.config",
     "TaskClosedError": "harness_core.errors",
@@ -70,11 +75,15 @@ __all__ = [
     "HarnessNotStartedError",
     "HarnessStoppedError",
     "Model",
+    "ParticipantResolver",
+    "RouteOptions",
     "ScriptedModel",
     "Settings",
     "TaskClosedError",
     "TurnInput",
     "TurnOutput",
+    "harnesses_lifespan",
     "load_settings",
+    "public_url",
     "settings_from_mapping",
 ]

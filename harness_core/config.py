@@ -98,6 +98,7 @@ class ServerConfig:
     max_request_bytes: int = 1_048_576  # the largest request body accepted, at least 1024
     rate_limit_per_minute: int = 0  # requests a minute per client address; 0 means no limit
     cors_origins: tuple[str, ...] = ()  # "*" or origins like "https://app.example.com"
+    ui_dir: Path | None = None  # static files served at <public URL>/ui; an existing directory
 
 
 @attrs.frozen
@@ -169,6 +170,11 @@ class Settings:
         if configured is None:
             return self.store_path.parent / "temporal.sqlite3"
         return self._absolute(configured)
+
+    @property
+    def ui_path(self) -> Path | None:
+        """The absolute ``server.ui_dir``, or None when no UI is configured."""
+        return None if self.server.ui_dir is None else self._absolute(self.server.ui_dir)
 
     @property
     def tls_enabled(self) -> bool:
@@ -500,6 +506,12 @@ def _validate(settings: Settings, label: str) -> None:
         problem = _origin_problem(origin)
         if problem is not None:
             raise _bad_value(label, f"server.cors_origins[{index}]", origin, problem)
+
+    ui_path = settings.ui_path
+    if ui_path is not None and not ui_path.is_dir():
+        raise _bad_value(
+            label, "server.ui_dir", str(server.ui_dir), f"must be an existing directory ({ui_path})"
+        )
 
     if settings.heartbeat.interval < 1:
         raise _bad_duration(

@@ -33,7 +33,7 @@ from harness_core.harness import Harness
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
-__all__ = ["HarnessGroup"]
+__all__ = ["HarnessGroup", "harnesses_lifespan"]
 
 log = logging.getLogger("harness")
 
@@ -181,6 +181,16 @@ class HarnessGroup:
                 task_status.started(address)
             # Hypercorn has shut down gracefully (after a signal): now stop the agents.
             tg.cancel_scope.cancel()
+
+
+def harnesses_lifespan(
+    *harnesses: Harness,
+) -> Callable[[object], contextlib.AbstractAsyncContextManager[None]]:
+    """One Starlette/FastAPI lifespan that starts every harness in order and stops them in
+    reverse: ``Starlette(routes=[Mount(...), ...], lifespan=harnesses_lifespan(a, b))``.
+
+    The same as ``HarnessGroup(*harnesses).lifespan``, with the group's claims and checks."""
+    return HarnessGroup(*harnesses).lifespan
 
 
 async def _watch_signals(

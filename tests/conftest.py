@@ -137,14 +137,36 @@ def agent_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def make_harness(agent_dir: Path, temporal_address: str):
     def make(
-        impl: Model | None = None, agent_id: str | None = None, **sections: dict[str, Any]
+        impl: Model | None = None,
+        agent_id: str | None = None,
+        *,
+        options: dict[str, Any] | None = None,
+        **sections: dict[str, Any],
     ) -> Harness:
-        """A harness for a test agent; ``impl`` is its model, ``sections`` extra configuration."""
+        """A harness for a test agent; ``impl`` is its model, ``sections`` extra configuration,
+        ``options`` more keyword arguments of ``Harness`` (prefix, participant, routes)."""
         return Harness(
-            agent_settings(agent_dir, temporal_address, agent_id, **sections), model=impl
+            agent_settings(agent_dir, temporal_address, agent_id, **sections),
+            model=impl,
+            **(options or {}),
         )
 
     return make
+
+
+@contextlib.asynccontextmanager
+async def serving_app(app: Any, port: int = 0) -> AsyncIterator[str]:
+    """Serve any ASGI app (a host app with agents mounted) with Hypercorn on loopback, lifespan
+    included; yield its base URL; shut it down gracefully on exit."""
+    from harness_asgi.serve import serve_http
+
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(serve_http, app, f"127.0.0.1:{port}", 2.0, stop.wait)
+        try:
+            yield f"http://{host}:{port}"
+        finally:
+            stop.set()
 
 
 os.environ.setdefault("HARNESS_TEST", "1")

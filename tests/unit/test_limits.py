@@ -2,16 +2,21 @@
 
 The middleware wraps a small real Starlette app. Requests go through httpx's ASGI transport, which
 sends a ``bytes`` body in one message with a ``content-length`` and an async iterator's body chunked
-without one; the ASGI callable is also driven directly where the exact messages sent matter.
+without one; the ASGI callable is also driven directly where the exact messages sent matter, and
+Hypercorn serves it on loopback where what a real client reads matters.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from unittest.mock import MagicMock
 
+import anyio
 import httpx
 import pytest
+from a2a.server.request_handlers import RequestHandler
+from a2a.server.routes import create_jsonrpc_routes, create_rest_routes
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -19,6 +24,7 @@ from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 from harness_asgi.limits import LimitsMiddleware, RateLimiter, json_error
+from harness_asgi.serve import serve_http
 
 LIMIT = 1024
 
@@ -65,17 +71,28 @@ async def chunks(size: int, count: int) -> AsyncIterator[bytes]:
         yield b"x" * size
 
 
+class Script:
+    """A server's side of one request: ``bodies`` as one chunked body, then only disconnects."""
+
+    def __init__(self, *bodies: bytes) -> None:
+        self.unread: list[Message] = [
+            {"type": "http.request", "body": body, "more_body": index < len(bodies) - 1}
+            for index, body in enumerate(bodies)
+        ]
+        self.events: list[str] = []
+        self.sent: list[Message] = []
+
+    async def receive(self) -> Message:
+        self.events.append("receive")
+        return self.unread.pop(0) if self.unread else {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        self.events.append(f"send {message.get('status', '')}".strip())
+        self.sent.append(message)
+
+
 def scripted_receive(*bodies: bytes) -> Receive:
-    """A receive that hands out ``bodies`` as one chunked request, then only disconnects."""
-    messages: list[Message] = [
-        {"type": "http.request", "body": body, "more_body": index < len(bodies) - 1}
-        for index, body in enumerate(bodies)
-    ]
-
-    async def receive() -> Message:
-        return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-    return receive
+    return Script(*bodies).receive
 
 
 def http_scope(headers: list[tuple[bytes, bytes]] | None = None) -> Scope:
@@ -227,6 +244,83 @@ async def test_an_app_that_answered_before_the_body_passed_the_limit_reads_a_dis
 
 
 @pytest.mark.anyio
+async def test_an_app_that_answered_first_and_fails_on_the_cut_off_body_raises_nothing() -> None:
+    script = Script(b"a" * 1000, b"b" * 1000, b"")
+
+    async def early(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await Request(scope, receive).body()  # raises ClientDisconnect on the disconnect
+
+    await LimitsMiddleware(early, max_request_bytes=LIMIT, limiter=None)(
+        http_scope(), script.receive, script.send
+    )
+
+    assert [message.get("status") for message in script.sent] == [200]
+
+
+@pytest.mark.anyio
+async def test_an_app_shielded_from_cancellation_cannot_send_a_second_response() -> None:
+    script = Script(b"a" * 1000, b"b" * 1000, b"")
+    finished: list[bool] = []
+
+    async def shielded(scope: Scope, receive: Receive, send: Send) -> None:
+        with anyio.CancelScope(shield=True):
+            body = b""
+            while (message := await receive())["type"] == "http.request":
+                body += message["body"]
+            await JSONResponse({"size": len(body)})(scope, receive, send)
+            finished.append(True)
+
+    await LimitsMiddleware(shielded, max_request_bytes=LIMIT, limiter=None)(
+        http_scope(), script.receive, script.send
+    )
+
+    assert finished == [True]
+    assert [message.get("status") for message in script.sent] == [413, None]
+
+
+@pytest.mark.anyio
+async def test_the_rest_of_a_body_a_little_over_the_limit_is_read_before_the_413() -> None:
+    echo = EchoApp()
+    script = Script(b"a" * 1000, b"b" * 500, b"c" * 500, b"")
+
+    await limited(echo)(http_scope(), script.receive, script.send)
+
+    # Reading the rest lets a client that is still sending finish and read the answer.
+    assert script.events == ["receive"] * 4 + ["send 413", "send"]
+    assert script.unread == []
+
+
+@pytest.mark.anyio
+async def test_a_streamed_body_far_over_the_limit_is_not_read_to_its_end() -> None:
+    echo = EchoApp()
+    script = Script(*[b"x" * 1000] * 10, b"")
+
+    await limited(echo)(http_scope(), script.receive, script.send)
+
+    assert script.sent[0]["status"] == 413
+    # Two chunks reach the limit, then at most another limit's worth is thrown away.
+    assert len(script.unread) == 11 - 4
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("declared", "reads"), [(2 * LIMIT, 2), (2 * LIMIT + 1, 0)])
+async def test_a_declared_body_is_read_and_dropped_only_up_to_twice_the_limit(
+    declared: int, reads: int
+) -> None:
+    echo = EchoApp()
+    half = declared // 2
+    script = Script(b"x" * half, b"x" * (declared - half))
+
+    await limited(echo)(
+        http_scope([(b"content-length", str(declared).encode())]), script.receive, script.send
+    )
+
+    assert script.events == ["receive"] * reads + ["send 413", "send"]
+    assert echo.calls == 0
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("value", [b"abc", b"-1", b"+5", b"1_000", b"", b"\xd9\xa1"])
 async def test_a_malformed_content_length_is_a_400_and_the_app_is_not_called(value: bytes) -> None:
     echo = EchoApp()
@@ -256,6 +350,57 @@ async def test_conflicting_content_lengths_are_a_400() -> None:
 
     assert sent[0]["status"] == 400
     assert echo.calls == 0
+
+
+# --- over real HTTP and in front of the SDK's routes ------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_over_loopback_http_a_client_still_sending_reads_its_413() -> None:
+    echo = EchoApp()
+    stop = anyio.Event()
+
+    async def slow_upload(count: int) -> AsyncIterator[bytes]:
+        for _ in range(count):
+            yield b"x" * 300
+            await anyio.sleep(0.005)
+
+    responses: list[httpx.Response] = []
+    async with anyio.create_task_group() as tg:
+        host, port = await tg.start(serve_http, limited(echo), "127.0.0.1:0", 1.0, stop.wait)
+        try:
+            async with httpx.AsyncClient(base_url=f"http://{host}:{port}") as client:
+                # 1800 bytes sent slowly, in chunks; the 413 comes while the client still sends.
+                responses.append(await client.post("/", content=slow_upload(6)))
+                responses.append(await client.post("/", content=b"y" * (LIMIT + 500)))
+                responses.append(await client.post("/", content=slow_upload(3)))
+        finally:
+            stop.set()
+    chunked, declared, fine = responses
+
+    assert (chunked.status_code, declared.status_code, fine.status_code) == (413, 413, 200)
+    assert chunked.json() == declared.json() == {"error": f"request body over {LIMIT} bytes"}
+    assert echo.bodies == [b"x" * 900]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("path", ["/", "/message:send", "/message:stream"])
+async def test_the_sdks_routes_answer_a_cut_off_body_with_one_413_and_log_no_error(
+    path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The handler is never reached: the body is refused while the route is still reading it.
+    handler = MagicMock(spec=RequestHandler)
+    routes = [*create_jsonrpc_routes(handler, rpc_url="/"), *create_rest_routes(handler)]
+    app = LimitsMiddleware(Starlette(routes=routes), max_request_bytes=LIMIT, limiter=None)
+    headers = {"content-type": "application/json", "a2a-version": "1.0"}
+
+    async with client_for(app) as client:
+        response = await client.post(path, content=chunks(300, 10), headers=headers)
+
+    assert response.status_code == 413
+    assert response.json() == {"error": f"request body over {LIMIT} bytes"}
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert handler.mock_calls == []
 
 
 # --- rate ------------------------------------------------------------------------------------

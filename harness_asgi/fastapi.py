@@ -1,0 +1,226 @@
+"""``harness_router``: one agent's routes as a FastAPI ``APIRouter`` that shows in ``/docs``.
+
+Seed: mount-design, "FastAPI". A router cannot carry ASGI middleware, so what ``HarnessApp`` does around
+its routes happens here in router-level dependencies, in this order:
+
+* the mount check: the request must have reached the route under the harness's own prefix (an include
+  prefix other than the harness's is refused on the first request: 500, one ERROR, then every request);
+* the 503 gate while the agent is not ready;
+* the identity (the header, or the resolver: an exception is a 500, never a fallback);
+* the limits: ``rate_limit_per_minute`` (429) and ``max_request_bytes`` (413) for a declared length, or
+  for a body without one, read here through a bound and handed to the endpoint.
+
+What a router cannot carry: CORS is application-wide in Starlette, and ``include_router`` drops mounts,
+so ``[server] cors_origins`` and ``ui_dir`` only get a warning at startup, naming what to add. The REST
+routes under ``/{tenant}`` are a mount too, and are left out in router mode.
+
+The router's lifespan runs the agent; ``app.include_router(router)`` merges it into the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncGenerator, Callable, Sequence
+from typing import Any
+
+try:
+    from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+    from fastapi.routing import APIRoute
+except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
+    raise ImportError(
+        "harness_asgi.fastapi needs FastAPI: pip install 'harness-runtime[fastapi]'"
+    ) from exc
+
+from a2a.server.routes import add_a2a_routes_to_fastapi
+from starlette.routing import Route
+
+from harness_asgi.app import MountCheck, build_routes
+from harness_asgi.identity import resolve_identity
+from harness_asgi.limits import RateLimiter
+from harness_core.harness import AgentState, Harness
+from harness_core.logs import current_agent
+
+__all__ = ["harness_router"]
+
+log = logging.getLogger("harness.http")
+
+
+def harness_router(harness: Harness, *, tags: Sequence[str] | None = None) -> APIRouter:
+    """The harness's routes as an ``APIRouter`` under ``harness.prefix``, with its lifespan.
+
+    Include it with ``app.include_router(router)`` and no prefix of your own: the prefix is the
+    harness's (it must be known before any request, for the card). ``tags`` default to
+    ``["A2A: <agent id>"]``, so each agent is one group in ``/docs``.
+    """
+    routes = build_routes(harness)
+    scratch = FastAPI()
+    # The SDK's helper turns Starlette routes into documented APIRoutes; they are then re-added
+    # to the router with add_api_route, which is what applies the router's prefix.
+    add_a2a_routes_to_fastapi(
+        scratch,
+        agent_card_routes=routes.card,
+        jsonrpc_routes=routes.jsonrpc,
+        rest_routes=[r for r in routes.rest if isinstance(r, Route)],
+    )
+    components = scratch.openapi().get("components", {}).get("schemas", {})
+    guard = _Guard(harness)
+    router = APIRouter(
+        prefix=harness.prefix,
+        dependencies=[Depends(guard)],
+        lifespan=_lifespan(harness, components),
+    )
+    route_tags: list[str | Any] = list(tags) if tags is not None else [f"A2A: {harness.agent_id}"]
+    for route in scratch.routes:
+        if isinstance(route, APIRoute):
+            router.add_api_route(
+                route.path,
+                route.endpoint,
+                methods=sorted(route.methods or ()),
+                tags=route_tags,
+                openapi_extra=route.openapi_extra,
+                summary=route.summary,
+                description=route.description,
+            )
+    for route in routes.monitor:
+        if isinstance(route, Route):
+            router.add_api_route(
+                route.path,
+                route.endpoint,
+                methods=["GET"],
+                tags=route_tags,
+                summary="The agent's state and its running tasks",
+            )
+    return router
+
+
+class _Guard:
+    """What ``HarnessApp`` does before its routes, as one router dependency."""
+
+    def __init__(self, harness: Harness) -> None:
+        self._harness = harness
+        self._check = MountCheck(harness)
+        server = harness.settings.server
+        self._limits = harness.routes.limits
+        self._max_bytes = server.max_request_bytes
+        self._limiter = (
+            RateLimiter(server.rate_limit_per_minute)
+            if self._limits and server.rate_limit_per_minute
+            else None
+        )
+
+    async def __call__(self, request: Request) -> None:
+        harness = self._harness
+        problem = self._check.decide(_misrouted(request))
+        if problem:
+            raise HTTPException(status_code=500, detail=problem)
+        if harness.state is not AgentState.READY:
+            raise HTTPException(status_code=503, detail=f"agent {harness.agent_id} is not started")
+        # Each request runs in its own task (and context), so the agent stays on this request.
+        current_agent.set(harness.agent_id)
+        try:
+            resolve_identity(harness, request.scope)
+        except Exception:
+            request_id = uuid.uuid4().hex[:12]
+            log.exception(
+                "agent %s: the participant resolver failed (request %s)",
+                harness.agent_id,
+                request_id,
+            )
+            raise HTTPException(
+                status_code=500, detail=f"internal error (request {request_id})"
+            ) from None
+        if self._limits:
+            await self._limit(request)
+
+    async def _limit(self, request: Request) -> None:
+        if self._limiter is not None:
+            peer = request.client.host if request.client is not None else ""
+            if not self._limiter.allow(peer):
+                raise HTTPException(
+                    status_code=429,
+                    detail="too many requests",
+                    headers={"Retry-After": str(self._limiter.retry_after(peer))},
+                )
+        too_big = HTTPException(
+            status_code=413, detail=f"request body over {self._max_bytes} bytes"
+        )
+        declared = request.headers.get("content-length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                raise HTTPException(status_code=400, detail="malformed Content-Length")
+            if int(declared) > self._max_bytes:
+                raise too_big
+            return
+        if request.method in ("GET", "HEAD", "DELETE"):
+            return
+        # No declared length: read the body here, through the bound, and hand it on (the SDK's
+        # endpoint reads request.body(), which returns what was read).
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self._max_bytes:
+                raise too_big
+            chunks.append(chunk)
+        setattr(request, "_body", b"".join(chunks))  # noqa: B010 - Starlette's body cache
+
+
+def _misrouted(request: Request) -> str | None:
+    """Where the request reached the route, when that is not under the harness's prefix."""
+    scope = request.scope
+    route = scope.get("route")
+    regex = getattr(route, "path_regex", None)
+    if regex is None:
+        return None
+    path = str(scope.get("path", ""))
+    root = str(scope.get("root_path", ""))
+    routed = path[len(root) :] if root and path.startswith(root) else path
+    if regex.match(routed):
+        return None
+    return f"served at {routed!r} (was the router included under a prefix of its own?)"
+
+
+def _lifespan(
+    harness: Harness, components: dict[str, Any]
+) -> Callable[[Any], contextlib.AbstractAsyncContextManager[None]]:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncGenerator[None, None]:
+        server = harness.settings.server
+        if server.cors_origins and harness.routes.cors:
+            log.warning(
+                "agent %s: [server] cors_origins is set, but a router cannot carry CORS: add "
+                "starlette.middleware.cors.CORSMiddleware to your app (allow_origins=%s)",
+                harness.agent_id,
+                list(server.cors_origins),
+            )
+        if harness.settings.ui_path is not None and harness.routes.ui:
+            log.warning(
+                "agent %s: [server] ui_dir is set, but include_router drops mounts: mount "
+                "StaticFiles(directory=%r) on your app yourself",
+                harness.agent_id,
+                str(harness.settings.ui_path),
+            )
+        if isinstance(app, FastAPI):
+            _merge_schemas(app, components)
+        async with harness.lifespan(app):
+            yield
+
+    return lifespan
+
+
+def _merge_schemas(app: FastAPI, components: dict[str, Any]) -> None:
+    """Add the A2A request schemas the routes' documentation refers to to the app's OpenAPI."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = original()
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, value in components.items():
+            schemas.setdefault(name, value)
+        return schema
+
+    app.openapi = openapi  # pyright: ignore[reportAttributeAccessIssue]
