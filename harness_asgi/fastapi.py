@@ -25,6 +25,8 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
+import anyio
+
 try:
     from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
     from fastapi.routing import APIRoute
@@ -151,6 +153,8 @@ class _Guard:
             if not declared.strip().isdigit():
                 raise HTTPException(status_code=400, detail="malformed Content-Length")
             if int(declared) > self._max_bytes:
+                if int(declared) <= 2 * self._max_bytes:
+                    await _drain(request, self._max_bytes * 2)
                 raise too_big
             return
         if request.method in ("GET", "HEAD", "DELETE"):
@@ -162,9 +166,24 @@ class _Guard:
         async for chunk in request.stream():
             size += len(chunk)
             if size > self._max_bytes:
+                await _drain(request, self._max_bytes)
                 raise too_big
             chunks.append(chunk)
         setattr(request, "_body", b"".join(chunks))  # noqa: B010 - Starlette's body cache
+
+
+async def _drain(request: Request, limit: int) -> None:
+    """Read and drop up to ``limit`` more bytes of the body (for at most two seconds).
+
+    Hypercorn closes an HTTP/1.1 connection as soon as the response ends if the request body has
+    not, and a client still sending then gets a reset instead of the 413.
+    """
+    dropped = 0
+    with anyio.move_on_after(2.0):
+        async for chunk in request.stream():
+            dropped += len(chunk)
+            if dropped > limit:
+                break
 
 
 def _misrouted(request: Request) -> str | None:
