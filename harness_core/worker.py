@@ -8,6 +8,8 @@ because a second cancellation would interrupt the shutdown itself (temporalio's 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -67,6 +69,8 @@ async def run_worker(
                 workflows=[TaskWorkflow, HeartbeatWorkflow],
                 activities=activities.all(),
                 activity_executor=executor,
+                # Operators (and `temporal task-queue describe`) see which agent polls.
+                identity=f"{os.getpid()}@{socket.gethostname()}/{activities.agent_id}",
                 # Every log line of an activity names its agent.
                 interceptors=[AgentContextInterceptor(activities.agent_id)],
                 workflow_runner=_RUNNER,

@@ -192,7 +192,7 @@ def test_an_unknown_key_names_the_key_the_file_and_the_allowed_keys(tmp_path: Pa
 
     assert message.endswith(
         "unknown key 'server.bnd' (allowed in [server]: bind, base_url, graceful_timeout, "
-        "max_request_bytes, rate_limit_per_minute, cors_origins)"
+        "max_request_bytes, rate_limit_per_minute, cors_origins, ui_dir)"
     )
 
 
@@ -513,3 +513,17 @@ def test_settings_built_in_code_derive_the_same_values() -> None:
 
     assert settings.store_path == Path("/srv/agent/.harness/harness.sqlite3")
     assert settings.database_path == Path("/srv/agent/.harness/temporal.sqlite3")
+
+
+def test_ui_dir_is_resolved_beside_the_file_and_must_be_an_existing_directory(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "web").mkdir()
+    settings = load_settings(write(tmp_path, '[server]\nui_dir = "web"\n'))
+    assert settings.ui_path == tmp_path / "web"
+    with pytest.raises(ConfigError) as missing:
+        load_settings(write(tmp_path, '[server]\nui_dir = "nowhere"\n', name="bad.toml"))
+    message = str(missing.value)
+    assert "bad.toml" in message
+    assert "server.ui_dir" in message
+    assert "must be an existing directory" in message
