@@ -1,0 +1,114 @@
+"""The mounting examples, served by the real ``hypercorn`` command (asyncio and Trio workers).
+
+Each example is copied to a temporary directory with its configurations pointed at the session's dev
+server and a free port, then run exactly as its docstring says.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import a2a_client, free_port, user_message
+from tests.integration.test_a2a_methods import send_blocking
+
+pytestmark = pytest.mark.anyio
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "mounting"
+
+
+def copy_example(tmp_path: Path, temporal_address: str, port: int) -> Path:
+    target = tmp_path / "mounting"
+    shutil.copytree(EXAMPLES, target, ignore=shutil.ignore_patterns(".harness", "__pycache__"))
+    for config in target.glob("*.toml"):
+        text = config.read_text().replace("127.0.0.1:8000", f"127.0.0.1:{port}")
+        text += f'\n[temporal]\nmode = "remote"\naddress = "{temporal_address}"\n'
+        config.write_text(text)
+    return target
+
+
+@contextmanager
+def hypercorn(directory: Path, app: str, port: int, backend: str) -> Iterator[str]:
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "hypercorn", app, "--bind", f"127.0.0.1:{port}"]
+    command += ["--worker-class", "trio" if backend == "trio" else "asyncio"]
+    log = directory / "hypercorn.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, cwd=directory, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ)
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # an external process: polling it is the only signal
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"hypercorn did not start:\n{log.read_text()}")
+            try:
+                if httpx.get(f"{url}/", timeout=1).status_code < 500:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+    assert code == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
+
+
+async def ask(url: str) -> str:
+    async with a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("hello"))
+    return task.history[-1].parts[0].text
+
+
+async def test_the_starlette_example_serves_two_agents_and_its_own_page(
+    tmp_path: Path, temporal_address: str, anyio_backend: str
+):
+    port = free_port()
+    directory = copy_example(tmp_path, temporal_address, port)
+    with hypercorn(directory, "starlette_app:app", port, anyio_backend) as url:
+        home = httpx.get(f"{url}/").json()
+        answers = [await ask(f"{url}/agents/a"), await ask(f"{url}/agents/b")]
+    assert home == {"agents": [f"{url}/agents/a", f"{url}/agents/b"]}
+    assert answers == ["a here", "b here"]
+
+
+async def test_the_fastapi_example_serves_the_agent_and_documents_it(
+    tmp_path: Path, temporal_address: str, anyio_backend: str
+):
+    port = free_port()
+    directory = copy_example(tmp_path, temporal_address, port)
+    with hypercorn(directory, "fastapi_app:app", port, anyio_backend) as url:
+        answer = await ask(f"{url}/agents/a")
+        openapi = httpx.get(f"{url}/openapi.json").json()
+    assert answer == "a here"
+    assert "/agents/a/message:send" in openapi["paths"]
+
+
+async def test_a_lone_agent_app_starts_its_agent_from_the_hypercorn_lifespan(
+    tmp_path: Path, temporal_address: str, anyio_backend: str
+):
+    port = free_port()
+    directory = copy_example(tmp_path, temporal_address, port)
+    # single.py serves agent a at the root; its base_url has no path, so its card says so.
+    with hypercorn(directory, "single:app", port, anyio_backend) as url:
+        card = httpx.get(f"{url}/.well-known/agent-card.json").json()
+        answer = await ask(url)
+    assert card["supportedInterfaces"][0]["url"] == f"{url}/"
+    assert answer == "a here"
