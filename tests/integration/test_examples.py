@@ -71,6 +71,11 @@ def hypercorn(directory: Path, app: str, port: int, backend: str) -> Iterator[st
     assert "Traceback" not in log.read_text()
 
 
+async def get_json(url: str) -> object:
+    async with httpx.AsyncClient() as http:
+        return (await http.get(url)).json()
+
+
 async def ask(url: str) -> str:
     async with a2a_client(url, streaming=False) as client:
         task = await send_blocking(client, user_message("hello"))
@@ -83,7 +88,7 @@ async def test_the_starlette_example_serves_two_agents_and_its_own_page(
     port = free_port()
     directory = copy_example(tmp_path, temporal_address, port)
     with hypercorn(directory, "starlette_app:app", port, anyio_backend) as url:
-        home = httpx.get(f"{url}/").json()
+        home = await get_json(f"{url}/")
         answers = [await ask(f"{url}/agents/a"), await ask(f"{url}/agents/b")]
     assert home == {"agents": [f"{url}/agents/a", f"{url}/agents/b"]}
     assert answers == ["a here", "b here"]
@@ -96,8 +101,9 @@ async def test_the_fastapi_example_serves_the_agent_and_documents_it(
     directory = copy_example(tmp_path, temporal_address, port)
     with hypercorn(directory, "fastapi_app:app", port, anyio_backend) as url:
         answer = await ask(f"{url}/agents/a")
-        openapi = httpx.get(f"{url}/openapi.json").json()
+        openapi = await get_json(f"{url}/openapi.json")
     assert answer == "a here"
+    assert isinstance(openapi, dict)
     assert "/agents/a/message:send" in openapi["paths"]
 
 
@@ -108,7 +114,8 @@ async def test_a_lone_agent_app_starts_its_agent_from_the_hypercorn_lifespan(
     directory = copy_example(tmp_path, temporal_address, port)
     # single.py serves agent a at the root; its base_url has no path, so its card says so.
     with hypercorn(directory, "single:app", port, anyio_backend) as url:
-        card = httpx.get(f"{url}/.well-known/agent-card.json").json()
+        card = await get_json(f"{url}/.well-known/agent-card.json")
         answer = await ask(url)
+    assert isinstance(card, dict)
     assert card["supportedInterfaces"][0]["url"] == f"{url}/"
     assert answer == "a here"
