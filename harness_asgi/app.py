@@ -209,7 +209,8 @@ class HarnessApp:
             await self._lifespan(receive, send)
             return
         if scope["type"] != "http":
-            await self._app(scope, receive, send)
+            # No A2A route speaks WebSocket; refuse rather than route it past the checks.
+            await send({"type": "websocket.close", "code": 1008})
             return
         problem = self.mount_check.problem(str(scope.get("root_path", "")))
         if problem:
