@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import attrs
 from a2a.server.routes import (
@@ -57,6 +58,8 @@ __all__ = [
     "MountCheck",
     "build_routes",
     "group_app",
+    "needs_identity",
+    "route_path",
 ]
 
 log = logging.getLogger("harness.http")
@@ -119,8 +122,7 @@ def build_routes(harness: Harness) -> HarnessRoutes:
 
 def _monitor_endpoint(harness: Harness) -> Any:
     async def monitor(request: Request) -> Response:
-        """The agent's state and its running tasks (ids and states only)."""
-        tasks = await harness.tasks.running()
+        """The agent's state and how many tasks run (no task ids: they are the participants')."""
         return JSONResponse(
             {
                 "agent": harness.agent_id,
@@ -128,53 +130,97 @@ def _monitor_endpoint(harness: Harness) -> Any:
                 "taskQueue": harness.settings.effective_task_queue,
                 "publicUrl": harness.public_url,
                 "lastHeartbeat": await harness.tasks.last_heartbeat(),
-                "runningTasks": [
-                    {"id": v.task.get("id"), "state": v.state, "busy": v.busy}
-                    for v in sorted(tasks, key=lambda v: str(v.task.get("id")))
-                ],
+                "runningTasks": await harness.tasks.running_count(),
             }
         )
 
     return monitor
 
 
-class MountCheck:
-    """Fail closed when the agent is served under a path other than its prefix.
+#: Routes anyone may read, without an identity: the resolver does not run for them.
+_CARD_PATH = "/.well-known/agent-card.json"
 
-    The first request decides: a wrong mount is logged once at ERROR, and every request answers 500
-    from then on (the card would send clients and remote agents to URLs nobody serves).
+
+def needs_identity(route_path: str) -> bool:
+    """Whether a request to ``route_path`` (below the prefix) is an A2A call."""
+    return not (
+        route_path in (_CARD_PATH, "/_monitor")
+        or route_path == "/ui"
+        or route_path.startswith("/ui/")
+    )
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path below the app's ``root_path``."""
+    path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+class MountCheck:
+    """Fail closed when the agent is served under a path that does not give its public URL.
+
+    The path the agent is served under must end with its prefix, and its public URL's path must end
+    with that path (a proxy may add more in front). The first request decides: a wrong mount is
+    logged once at ERROR, and every request answers 500 from then on (the card would send clients
+    and remote agents to URLs nobody serves).
     """
 
     def __init__(self, harness: Harness) -> None:
         self._harness = harness
         self._verdict: str | None = None  # None until the first request; "" when fine
 
-    def problem(self, served_at: str) -> str:
-        """'' when ``served_at`` (the ``root_path`` a host mounted the app under) ends with the
-        prefix; otherwise what is wrong."""
+    def problem(self, served_at: str, misrouted: str | None = None) -> str:
+        """'' when the agent, served under ``served_at``, is where its public URL says;
+        otherwise what is wrong. ``misrouted`` is a finding of the caller's own."""
         if self._verdict is None:
-            prefix = self._harness.prefix
-            served = served_at.rstrip("/")
-            wrong = bool(prefix) and not served.endswith(prefix)
-            self.decide(f"mounted at {served_at or '/'!r}" if wrong else None)
+            wrong = misrouted
+            if wrong is None:
+                served = served_at.rstrip("/")
+                public = urlsplit(self._harness.public_url).path.rstrip("/")
+                if not served.endswith(self._harness.prefix) or not public.endswith(served):
+                    wrong = f"served at {served_at or '/'!r}"
+            self._decide(wrong)
         return self._verdict or ""
 
-    def decide(self, wrong: str | None) -> str:
-        """Record the first request's finding (``wrong``: where the agent was found instead)."""
-        if self._verdict is None:
-            if wrong is None:
-                self._verdict = ""
-            else:
-                self._verdict = (
-                    f"agent {self._harness.agent_id} is {wrong} but configured for prefix "
-                    f"{self._harness.prefix or '/'!r}"
-                )
-                log.error("%s; refusing every request until that is fixed", self._verdict)
-        return self._verdict
+    def _decide(self, wrong: str | None) -> None:
+        if wrong is None:
+            self._verdict = ""
+            return
+        h = self._harness
+        self._verdict = (
+            f"agent {h.agent_id} is {wrong} but configured for prefix {h.prefix or '/'!r} "
+            f"(public URL {h.public_url}): mount it at its prefix, and set [server] base_url to "
+            "where clients reach the app"
+        )
+        log.error("%s; refusing every request until that is fixed", self._verdict)
 
 
 def _error(status: int, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status)
+
+
+class _Identify:
+    """Decide who is calling (``harness_asgi.identity``) for A2A calls, inside CORS and the limits,
+    so a preflight or a refused request never reaches the host's resolver."""
+
+    def __init__(self, app: ASGIApp, harness: Harness) -> None:
+        self._app = app
+        self._harness = harness
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and needs_identity(route_path(scope)):
+            try:
+                resolve_identity(self._harness, scope)
+            except Exception:
+                request_id = uuid.uuid4().hex[:12]
+                log.exception(
+                    "agent %s: the participant resolver failed (request %s)",
+                    self._harness.agent_id,
+                    request_id,
+                )
+                await _error(500, f"internal error (request {request_id})")(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
 
 
 class HarnessApp:
@@ -183,7 +229,7 @@ class HarnessApp:
     def __init__(self, harness: Harness) -> None:
         self.harness = harness
         self.mount_check = MountCheck(harness)
-        app: ASGIApp = Starlette(routes=build_routes(harness).ordered())
+        app: ASGIApp = _Identify(Starlette(routes=build_routes(harness).ordered()), harness)
         server = harness.settings.server
         if harness.routes.limits:
             limiter = (
@@ -217,24 +263,12 @@ class HarnessApp:
             await _error(500, problem)(scope, receive, send)
             return
         if self.harness.state is not AgentState.READY:
+            # Expected while the host starts: not worth more than DEBUG.
+            log.debug("agent %s: 503 for %s (not started)", self.harness.agent_id, scope["path"])
             await _error(503, f"agent {self.harness.agent_id} is not started")(scope, receive, send)
             return
         with agent_context(self.harness.agent_id):
-            await self._serve(scope, receive, send)
-
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            resolve_identity(self.harness, scope)
-        except Exception:
-            request_id = uuid.uuid4().hex[:12]
-            log.exception(
-                "agent %s: the participant resolver failed (request %s)",
-                self.harness.agent_id,
-                request_id,
-            )
-            await _error(500, f"internal error (request {request_id})")(scope, receive, send)
-            return
-        await self._app(scope, receive, send)
+            await self._app(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         started_here = False

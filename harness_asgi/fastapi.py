@@ -38,7 +38,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
 from a2a.server.routes import add_a2a_routes_to_fastapi
 from starlette.routing import Route
 
-from harness_asgi.app import MountCheck, build_routes
+from harness_asgi.app import MountCheck, build_routes, needs_identity
 from harness_asgi.identity import resolve_identity
 from harness_asgi.limits import RateLimiter
 from harness_core.harness import AgentState, Harness
@@ -111,16 +111,29 @@ class _Guard:
             if self._limits and server.rate_limit_per_minute
             else None
         )
+        if not self._limits:
+            log.info(
+                "agent %s: request limits are off; the host must limit request size and rate",
+                harness.agent_id,
+            )
 
     async def __call__(self, request: Request) -> None:
         harness = self._harness
-        problem = self._check.decide(_misrouted(request))
+        served_at = str(request.scope.get("root_path", "")) + harness.prefix
+        problem = self._check.problem(served_at, _misrouted(request))
         if problem:
             raise HTTPException(status_code=500, detail=problem)
         if harness.state is not AgentState.READY:
+            log.debug("agent %s: 503 for %s (not started)", harness.agent_id, request.url.path)
             raise HTTPException(status_code=503, detail=f"agent {harness.agent_id} is not started")
         # Each request runs in its own task (and context), so the agent stays on this request.
         current_agent.set(harness.agent_id)
+        if self._limits:
+            await self._limit(request)
+        route = request.scope.get("route")
+        own_path = str(getattr(route, "path", ""))[len(harness.prefix) :]
+        if not needs_identity(own_path):
+            return
         try:
             resolve_identity(harness, request.scope)
         except Exception:
@@ -133,8 +146,6 @@ class _Guard:
             raise HTTPException(
                 status_code=500, detail=f"internal error (request {request_id})"
             ) from None
-        if self._limits:
-            await self._limit(request)
 
     async def _limit(self, request: Request) -> None:
         if self._limiter is not None:

@@ -236,7 +236,10 @@ class HarnessRequestHandler(RequestHandler):
         if params.HasField("page_size") and not 1 <= params.page_size <= 100:
             raise InvalidParamsError(message="pageSize must be between 1 and 100")
         page_size = params.page_size if params.HasField("page_size") else 50
-        state = TaskState.Name(params.status) if params.status else ""
+        try:
+            state = TaskState.Name(params.status) if params.status else ""
+        except ValueError:
+            raise InvalidParamsError(message="status is not a TaskState") from None
         identity = identity_of(context)
         if not identity.admitted:
             return ListTasksResponse(page_size=page_size)

@@ -34,17 +34,16 @@ class Claims:
     @staticmethod
     def _claims_of(settings: Settings) -> list[_Claim]:
         namespace = settings.temporal.namespace
-        connection = (
-            str(settings.database_path)
-            if settings.temporal.mode == "embedded"
-            else str(settings.temporal.address)
-        )
         queue = settings.effective_task_queue
         return [
             _Claim("agent id", settings.agent_id, f"agent id {settings.agent_id!r}"),
             _Claim(
                 "queue",
-                f"{connection}|{namespace}|{queue}",
+                # Not keyed by the address: one cluster has many spellings (localhost,
+                # 127.0.0.1, a DNS name), and two agents polling one queue would run each
+                # other's turns. Two clusters with equal namespace and queue names clash too,
+                # which errs on the safe side.
+                f"{namespace}|{queue}",
                 f"task queue {queue!r} in namespace {namespace!r}",
             ),
             _Claim(

@@ -22,7 +22,9 @@ from temporalio.client import Client
 
 from harness_core.activities import AgentActivities
 from harness_core.config import Settings
+from harness_core.converter import data_converter
 from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
+from harness_core.logs import agent_context, install_record_redaction
 from harness_core.model import Model, model_from_config
 from harness_core.pool import pool
 from harness_core.secrets import SECRETS
@@ -90,6 +92,15 @@ class Harness:
     ) -> None:
         self.settings = settings
         self.model: Model = model if model is not None else model_from_config(settings.model)
+        if client is not None and (
+            client.data_converter.payload_converter_class
+            is not data_converter.payload_converter_class
+        ):
+            raise ConfigError(
+                f"agent {settings.agent_id}: connect the Temporal client you pass with "
+                "data_converter=harness_core.converter.data_converter (the runtime's payloads "
+                "need it)"
+            )
         self._client = client
         self._prefix = normalize_prefix(prefix)
         # A disagreeing prefix fails here, before any lifespan runs.
@@ -143,6 +154,14 @@ class Harness:
         self._bound_url = f"http://{host}:{port}"
 
     @property
+    def client(self) -> Client:
+        """The agent's Temporal client; raises ``HarnessNotStartedError`` unless it is ready.
+
+        Under Trio it lives on the runtime's asyncio thread: call it through
+        ``harness.tasks``, or from that loop."""
+        return self.tasks.connection.client
+
+    @property
     def ready(self) -> bool:
         return self.state is AgentState.READY
 
@@ -168,9 +187,15 @@ class Harness:
         fails, what started is undone in reverse, the state becomes ``failed`` and the error
         propagates. Claims are the group's job and must be held before this runs.
         """
-        settings = self.settings
         self.state, self.failure = AgentState.STARTING, None
-        self._done = anyio.Event()
+        done = self._done = anyio.Event()
+        install_record_redaction()
+        # The agent's own lines (ready, failed, its worker's) carry its id too.
+        with agent_context(self.agent_id):
+            await self._run(done, task_status)
+
+    async def _run(self, done: anyio.Event, task_status: TaskStatus[None]) -> None:
+        settings = self.settings
         graceful = settings.server.graceful_timeout
         try:
             # Every redactor in the process masks this agent's secrets while it runs.
@@ -226,7 +251,7 @@ class Harness:
             self._scope = None
             if self.state is not AgentState.FAILED:
                 self.state = AgentState.STOPPED
-            self._done.set()
+            done.set()
 
     async def stop_agent(self) -> None:
         """Cancel the running agent and wait until it has unwound."""

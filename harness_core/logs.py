@@ -19,6 +19,8 @@ import inspect
 import json
 import logging
 import sys
+import threading
+import traceback
 from collections.abc import Callable, Generator
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
@@ -37,6 +39,7 @@ __all__ = [
     "agent_context",
     "configure_logging",
     "current_agent",
+    "install_record_redaction",
 ]
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(agent)s] %(message)s"
@@ -65,11 +68,57 @@ def agent_context(agent_id: str) -> Generator[None, None, None]:
         current_agent.reset(token)
 
 
+_factory_lock = threading.Lock()
+_factory_installed = False
+
+
+def install_record_redaction() -> None:
+    """Mask every agent's secrets in every log record of the process, whatever its handlers.
+
+    ``configure_logging`` is optional (a host app has its own logging), so the masking cannot live
+    in a formatter only: this wraps the process's LogRecord factory, once. Each new record gets its
+    ``agent`` (the :data:`current_agent`), and, while any secret is registered, a message or
+    traceback that holds one is replaced by its masked text. Idempotent; the wrapper stays.
+    """
+    global _factory_installed
+    with _factory_lock:
+        if _factory_installed:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            record.agent = current_agent.get()
+            if SECRETS.values():
+                _mask_record(record)
+            return record
+
+        logging.setLogRecordFactory(factory)
+        _factory_installed = True
+
+
+def _mask_record(record: logging.LogRecord) -> None:
+    try:
+        message = record.getMessage()
+    except Exception:  # a malformed call; logging reports it when the record is formatted
+        return
+    masked = SECRETS.redact(message)
+    if masked != message:
+        record.msg, record.args = masked, None
+    if record.exc_info and record.exc_info[0] is not None:
+        text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+        masked = SECRETS.redact(text)
+        if masked != text:
+            record.exc_text = masked  # formatters use it instead of formatting exc_info
+
+
 class AgentFilter(logging.Filter):
     """Sets ``record.agent`` to the :data:`current_agent` (or None); lets every record through."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.agent = current_agent.get()
+        # The record factory (install_record_redaction) may have set it where the record was made.
+        if getattr(record, "agent", None) is None:
+            record.agent = current_agent.get()
         return True
 
 

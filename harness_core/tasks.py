@@ -132,6 +132,11 @@ class TaskService:
         self._recent: dict[str, float] = {}
         self._owned: OrderedDict[str, None] = OrderedDict()
 
+    @property
+    def connection(self) -> TemporalConnection:
+        """The agent's leased Temporal connection (client and bridge)."""
+        return self._connection
+
     async def _call(self, fn: Callable[[Client], Awaitable[T]]) -> T:
         client = self._connection.client
 
@@ -427,10 +432,7 @@ class TaskService:
     async def running(self) -> list[TaskView]:
         """Every running task of this agent, whoever is on it (visibility may still list a task
         that just ended; it is left out once its record is in the store)."""
-        query = (
-            f"WorkflowType = 'TaskWorkflow' AND TaskQueue = {_quote(self.queue)} "
-            "AND ExecutionStatus = 'Running'"
-        )
+        query = self._running_query()
 
         async def ids(client: Client) -> list[str]:
             found: list[str] = []
@@ -459,6 +461,22 @@ class TaskService:
         return views
 
     # -- cancel -----------------------------------------------------------------------------------
+
+    def _running_query(self) -> str:
+        # Values from configuration only; nothing a client sends goes into a visibility query.
+        return (
+            f"WorkflowType = 'TaskWorkflow' AND TaskQueue = {_quote(self.queue)} "
+            "AND ExecutionStatus = 'Running'"
+        )
+
+    async def running_count(self) -> int:
+        """How many of this agent's tasks run (Temporal's visibility, a moment behind)."""
+        query = self._running_query()
+
+        async def count(client: Client) -> int:
+            return (await client.count_workflows(query)).count
+
+        return await self._call(count)
 
     async def last_heartbeat(self) -> str | None:
         """When the agent's heartbeat last ran (ISO 8601), or None before the first one."""
@@ -532,7 +550,7 @@ def _decode_token(token: str) -> int:
         return 0
     try:
         text = base64.urlsafe_b64decode(token.encode()).decode()
-        if text.startswith("o:") and text[2:].isdigit():
+        if text.startswith("o:") and text[2:].isdigit() and len(text) <= 12:
             return int(text[2:])
     except (ValueError, UnicodeDecodeError):
         pass

@@ -115,7 +115,7 @@ async def test_an_agent_mounted_under_another_path_refuses_every_request_and_log
     assert first.status_code == second.status_code == 500
     assert "'/wrong'" in first.json()["error"]
     assert "'/agents/a'" in first.json()["error"]
-    errors = [r for r in caplog.records if "mounted at" in r.getMessage()]
+    errors = [r for r in caplog.records if "served at" in r.getMessage()]
     assert len(errors) == 1
 
 

@@ -42,9 +42,11 @@ async def pollers(harness: Harness, queue: str) -> set[str]:
     return await connection.bridge.call(lambda: describe(client))
 
 
+@pytest.mark.parametrize("spelling", ["same", "localhost"])
 async def test_a_second_agent_on_the_same_namespace_and_queue_is_refused_before_any_worker(
-    tmp_path: Path, temporal_address: str
+    tmp_path: Path, temporal_address: str, spelling: str
 ):
+    """Also when the second configuration spells the cluster's address another way."""
     queue = unique_id("shared")
     owner_model = ScriptedModel(["from the owner"])
     intruder_model = ScriptedModel(["from the intruder"])
@@ -52,8 +54,11 @@ async def test_a_second_agent_on_the_same_namespace_and_queue_is_refused_before_
         agent_settings(tmp_path / "owner", temporal_address, temporal={"task_queue": queue}),
         model=owner_model,
     )
+    address = temporal_address
+    if spelling == "localhost":
+        address = temporal_address.replace("127.0.0.1", "localhost")
     intruder = Harness(
-        agent_settings(tmp_path / "intruder", temporal_address, temporal={"task_queue": queue}),
+        agent_settings(tmp_path / "intruder", address, temporal={"task_queue": queue}),
         model=intruder_model,
     )
     async with serving(owner) as url:
