@@ -5,6 +5,8 @@ Only the model is scripted. Each test runs on asyncio and on Trio.
 
 from __future__ import annotations
 
+import base64
+
 import anyio
 import httpx
 import pytest
@@ -542,3 +544,13 @@ async def test_a_first_message_retried_concurrently_starts_one_task_with_one_tur
     assert all(t.status.state == TaskState.TASK_STATE_COMPLETED for t in tasks)
     assert [t.id for t in listed.tasks] == [tasks[0].id]
     assert len(model.turns) == 1
+
+
+async def test_list_tasks_refuses_an_unknown_status_and_a_forged_page_token(make_harness):
+    harness = make_harness()
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        with pytest.raises(InvalidParamsError, match="status is not a TaskState"):
+            await client.list_tasks(ListTasksRequest(status=99))  # pyright: ignore[reportArgumentType]
+        forged = base64.urlsafe_b64encode(b"o:" + b"9" * 30).decode()
+        with pytest.raises(InvalidParamsError, match="pageToken"):
+            await client.list_tasks(ListTasksRequest(page_token=forged))

@@ -235,3 +235,21 @@ async def test_workflow_payload_classes_cross_the_sandbox_unchanged(
         c for c in seen if getattr(c, "__name__", "") in {"TaskStart", "Inbound", "TurnOutput"}
     }
     assert named == {payloads.TaskStart, payloads.Inbound, payloads.TurnOutput}
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # connecting a client needs asyncio
+async def test_a_client_without_the_runtimes_converter_is_refused_at_construction(
+    tmp_path, temporal_address, anyio_backend
+):
+    from temporalio.client import Client
+
+    from harness_core import ConfigError
+    from harness_core.converter import data_converter
+
+    plain = await Client.connect(temporal_address)
+    with pytest.raises(
+        ConfigError, match=r"data_converter=harness_core\.converter\.data_converter"
+    ):
+        Harness(agent_settings(tmp_path, temporal_address), client=plain)
+    ours = await Client.connect(temporal_address, data_converter=data_converter)
+    Harness(agent_settings(tmp_path, temporal_address), client=ours)

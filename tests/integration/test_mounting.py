@@ -182,3 +182,17 @@ async def test_route_options_turn_off_the_limits_and_the_monitor(
     assert big.status_code == 200
     assert big.json()["error"]["code"] == -32700
     assert monitor.status_code == 404
+
+
+async def test_an_agent_without_a_prefix_mounted_under_a_path_is_refused(
+    tmp_path: Path, temporal_address: str
+):
+    """Its card would name the host's root, where nobody serves it."""
+    harness = Harness(agent_settings(tmp_path, temporal_address))
+    app = Starlette(
+        routes=[Mount("/billing", app=harness.asgi_app())], lifespan=harnesses_lifespan(harness)
+    )
+    async with serving_app(app) as url, httpx.AsyncClient() as http:
+        card = await http.get(f"{url}/billing/.well-known/agent-card.json")
+    assert card.status_code == 500
+    assert "'/billing'" in card.json()["error"]

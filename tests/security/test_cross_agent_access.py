@@ -7,6 +7,8 @@ over both A2A bindings, and b's task is left exactly as it was.
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 import pytest
 from a2a.client import ClientConfig
@@ -135,3 +137,63 @@ def _client(url: str, binding: str):
                 await client.close()
 
     return open_client()
+
+
+async def test_a_task_workflow_on_another_queue_is_not_found_even_if_it_names_this_agent(
+    make_harness,
+):
+    """Given a TaskWorkflow that claims agent a's id but runs on another task queue (as one started
+    by another deployment would)
+    Then agent a reads it as not found through every method, by its queue alone, and leaves it
+    running."""
+    from temporalio.client import Client, WorkflowExecutionStatus
+
+    from harness_core.payloads import TaskStart
+    from harness_core.workflows import TaskWorkflow
+
+    a = make_harness()
+    task_id = f"forged-{uuid.uuid4().hex}"
+    async with serving(a) as url:
+        connection = a.tasks.connection
+
+        async def start(client: Client) -> None:
+            await client.start_workflow(
+                TaskWorkflow.run,
+                TaskStart(
+                    task_id=task_id,
+                    context_id="c",
+                    agent_id=a.agent_id,
+                    local_activity=False,
+                    turn_timeout=60.0,
+                ),
+                id=task_id,
+                task_queue=f"elsewhere-{uuid.uuid4().hex}",  # no worker polls it
+            )
+
+        async def status(client: Client) -> WorkflowExecutionStatus | None:
+            return (await client.get_workflow_handle(task_id).describe()).status
+
+        async def terminate(client: Client) -> None:
+            await client.get_workflow_handle(task_id).terminate()
+
+        await connection.bridge.call(lambda: start(connection.client))
+        try:
+            async with a2a_client(url) as client:
+                with pytest.raises(TaskNotFoundError):
+                    await client.get_task(GetTaskRequest(id=task_id))
+                with pytest.raises(TaskNotFoundError):
+                    await client.cancel_task(CancelTaskRequest(id=task_id))
+                with pytest.raises(TaskNotFoundError):
+                    await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+                with pytest.raises(TaskNotFoundError):
+                    await collect(
+                        client.send_message(
+                            SendMessageRequest(message=user_message("hi", task_id=task_id))
+                        )
+                    )
+                listed = await client.list_tasks(ListTasksRequest())
+            still = await connection.bridge.call(lambda: status(connection.client))
+        finally:
+            await connection.bridge.call(lambda: terminate(connection.client))
+    assert task_id not in [t.id for t in listed.tasks]
+    assert still == WorkflowExecutionStatus.RUNNING

@@ -156,3 +156,42 @@ async def test_a_failing_resolver_answers_500_and_never_falls_back_to_the_header
         assert "internal error (request " in response.json()["error"]
         assert "secret-session-detail" not in response.text
     assert after == before
+
+
+async def test_the_resolver_runs_only_for_a2a_calls_that_pass_the_limits(make_harness):
+    """Given a resolver that fails without credentials, a rate limit and CORS
+    Then the card and a browser's preflight are answered without it, and requests refused by the
+    rate limit never reach it."""
+    calls: list[str] = []
+
+    def strict(request: Request) -> str | None:
+        calls.append(request.url.path)
+        token = request.headers.get("authorization", "")
+        if not token:
+            raise PermissionError("no credentials")
+        return TOKENS.get(token.removeprefix("Bearer "))
+
+    harness = make_harness(
+        options={"participant": strict},
+        server={"rate_limit_per_minute": 3, "cors_origins": ["https://app.example.test"]},
+    )
+    async with serving(harness) as url, httpx.AsyncClient() as http:
+        preflight = await http.options(
+            f"{url}/",
+            headers={
+                "Origin": "https://app.example.test",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization,a2a-version",
+            },
+        )
+        card = await http.get(f"{url}/.well-known/agent-card.json")
+        listed = [
+            await http.get(
+                f"{url}/tasks", headers={"Authorization": "Bearer tok-alice", "A2A-Version": "1.0"}
+            )
+            for _ in range(4)
+        ]
+    assert preflight.status_code == 200
+    assert card.status_code == 200
+    assert [r.status_code for r in listed] == [200, 200, 429, 429]
+    assert calls == ["/tasks", "/tasks"]

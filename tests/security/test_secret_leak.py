@@ -40,7 +40,10 @@ class LeakyModel(ScriptedModel):
 
 
 async def test_agent_bs_key_is_masked_in_agent_as_logs_messages_answers_and_store(
-    tmp_path: Path, temporal_address: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    temporal_address: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ):
     key = f"tk-{unique_id('secret')}"
     monkeypatch.setenv(KEY_VARIABLE, key)
@@ -58,6 +61,7 @@ async def test_agent_bs_key_is_masked_in_agent_as_logs_messages_answers_and_stor
     )
     lines = io.StringIO()
     handler = configure_logging("INFO", fmt="json", stream=lines)
+    caplog.set_level(logging.WARNING, logger="tools.billing")
     try:
         async with serving(a, b) as url:
             async with a2a_client(f"{url}/agents/{a.agent_id}", streaming=False) as client:
@@ -82,6 +86,11 @@ async def test_agent_bs_key_is_masked_in_agent_as_logs_messages_answers_and_stor
     assert leaks, "the model's tool logged"
     assert all(r["agent"] == a.agent_id for r in leaks)
     assert all(r["message"] == f"calling billing with key {MASK}" for r in leaks)
+    # A host's own logging (here pytest's handler, not the runtime's) gets masked records too.
+    captured = [r for r in caplog.records if r.name == "tools.billing"]
+    assert captured
+    assert all(r.getMessage() == f"calling billing with key {MASK}" for r in captured)
+    assert key not in caplog.text
 
     store = a.settings.store_path
     stored = b"".join(p.read_bytes() for p in store.parent.glob(store.name + "*"))
