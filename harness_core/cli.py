@@ -53,6 +53,16 @@ def _load(paths: Sequence[str]) -> list[Settings]:
     with contextlib.ExitStack() as held:
         for s, path in zip(settings, paths, strict=True):
             held.enter_context(claims.hold(s, f"{path}"))
+    namespaces: dict[object, tuple[str, str]] = {}
+    for s, path in zip(settings, paths, strict=True):
+        if s.temporal.mode != "embedded":
+            continue
+        first = namespaces.setdefault(s.database_path, (s.temporal.namespace, path))
+        if first[0] != s.temporal.namespace:
+            raise ConfigError(
+                f"{path}: agents that share the embedded database {s.database_path} must use one "
+                f"namespace ({first[1]} uses {first[0]!r}, this file {s.temporal.namespace!r})"
+            )
     return settings
 
 
@@ -62,8 +72,11 @@ def describe(settings: Settings, *, bind: str | None = None, path: str = "") -> 
     ``bind`` and ``path`` say where the group's HTTP server serves the agent when it serves
     several.
     """
+    from harness_core.urls import public_url
+
     bind = bind or settings.server.bind
-    public = settings.base_url if settings.server.base_url else f"http://{bind}"
+    base = settings.base_url if settings.server.base_url else f"http://{bind}"
+    public = public_url(base, path)  # the disagreement serve would refuse, found here
     t = settings.temporal
     if t.mode == "embedded":
         temporal = f"embedded dev server, database {settings.database_path}"
@@ -75,7 +88,7 @@ def describe(settings: Settings, *, bind: str | None = None, path: str = "") -> 
         f"  temporal: {temporal}, namespace {t.namespace}, task queue "
         f"{settings.effective_task_queue}",
         f"  store:    {settings.store_path}",
-        f"  http:     {bind}, public URL {public}{path}",
+        f"  http:     {bind}, public URL {public}",
         f"  model:    {settings.model.kind}",
     ]
     return "\n".join(lines)
@@ -89,7 +102,7 @@ def _shared_server_notes(settings: Sequence[Settings], bind: str | None) -> list
     notes = [f"one HTTP server on {used}; each agent under /agents/<id>"]
     notes.extend(
         f"agent {s.agent_id}: [server] bind {s.server.bind} is not used (the agents share {used})"
-        for s in settings[1:]
+        for s in (settings if bind else settings[1:])
         if s.server.bind != used
     )
     return notes
@@ -154,7 +167,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(first, HarnessError):
             print(f"harness: {first}", file=sys.stderr)
             return 2 if isinstance(first, ConfigError | HarnessConflictError) else 1
-        raise
+        return _failed(first)
+    except Exception as exc:
+        return _failed(exc)
+
+
+def _failed(exc: BaseException) -> int:
+    """One line for a failure the runtime did not foresee (Temporal unreachable, say); the
+    traceback only with --log-level DEBUG."""
+    from harness_core.secrets import SECRETS
+
+    log.debug("the failure in full", exc_info=exc)
+    print(SECRETS.redact(f"harness: failed: {type(exc).__name__}: {exc}"), file=sys.stderr)
+    return 1
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

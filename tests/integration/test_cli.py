@@ -171,6 +171,55 @@ def test_two_configs_with_one_agent_id_are_a_conflict(tmp_path: Path) -> None:
     assert "agent id 'same' is already claimed" in result.stderr
 
 
+def test_check_finds_what_serve_would_refuse_for_several_agents(tmp_path: Path) -> None:
+    """A base_url whose path disagrees with /agents/<id>, and two namespaces on one embedded
+    database, fail `check` (exit 2) as they would fail `serve`; an agreeing path prints once."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = write_config(
+        tmp_path / "a", '[agent]\nid = "a"\n[server]\nbase_url = "https://x.test/agents/a"\n'
+    )
+    b = write_config(tmp_path / "b", '[agent]\nid = "b"\n')
+    good = harness("check", str(a), str(b))
+    assert good.returncode == 0, good.stderr
+    assert "public URL https://x.test/agents/a\n" in good.stdout
+
+    b.write_text('[agent]\nid = "b"\n[server]\nbase_url = "https://x.test/team/b"\n')
+    wrong_path = harness("check", str(a), str(b))
+    assert wrong_path.returncode == 2
+    assert "'/agents/b' disagrees with [server] base_url" in wrong_path.stderr
+
+    shared = tmp_path / "temporal.sqlite3"
+    for path, body in ((a, 'id = "a"'), (b, 'id = "b"\n[temporal]\nnamespace = "other"')):
+        path.write_text(f"[agent]\n{body}\n")
+        with path.open("a") as f:
+            f.write(f'[temporal.embedded]\ndatabase_path = "{shared}"\n')
+    two_namespaces = harness("check", str(a), str(b))
+    assert two_namespaces.returncode == 2
+    assert "must use one namespace" in two_namespaces.stderr
+
+
+def test_an_unforeseen_start_failure_prints_one_line_and_exits_1(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there
+    path = write_config(
+        tmp_path,
+        f"""
+        [agent]
+        id = "lonely"
+        [temporal]
+        mode = "remote"
+        address = "127.0.0.1:{port}"
+        [server]
+        bind = "127.0.0.1:0"
+        """,
+    )
+    result = harness("serve", str(path))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("harness: failed: ")
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_serve_answers_and_stops_cleanly_on_a_signal(
