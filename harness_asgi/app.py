@@ -165,9 +165,11 @@ class MountCheck:
     and remote agents to URLs nobody serves).
     """
 
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: Harness, *, fix: str = "mount it at its prefix") -> None:
         self._harness = harness
+        self._fix = fix
         self._verdict: str | None = None  # None until the first request; "" when fine
+        self._warned_not_started = False
 
     def problem(self, served_at: str, misrouted: str | None = None) -> str:
         """'' when the agent, served under ``served_at``, is where its public URL says;
@@ -175,6 +177,13 @@ class MountCheck:
         if self._verdict is None:
             wrong = misrouted
             if wrong is None:
+                if self._harness.public_url_is_a_guess:
+                    log.warning(
+                        "agent %s has no [server] base_url: its card advertises %s, which is only "
+                        "right if clients reach the app at http://<bind>; set base_url",
+                        self._harness.agent_id,
+                        self._harness.public_url,
+                    )
                 served = served_at.rstrip("/")
                 public = urlsplit(self._harness.public_url).path.rstrip("/")
                 if not served.endswith(self._harness.prefix) or not public.endswith(served):
@@ -189,10 +198,23 @@ class MountCheck:
         h = self._harness
         self._verdict = (
             f"agent {h.agent_id} is {wrong} but configured for prefix {h.prefix or '/'!r} "
-            f"(public URL {h.public_url}): mount it at its prefix, and set [server] base_url to "
-            "where clients reach the app"
+            f"(public URL {h.public_url}): {self._fix}, and set [server] base_url to where "
+            "clients reach the app"
         )
         log.error("%s; refusing every request until that is fixed", self._verdict)
+
+    def not_started(self) -> None:
+        """Say once, loudly, that requests arrive for an agent nothing has started (not one
+        that is still starting): the host app runs no lifespan that starts it."""
+        h = self._harness
+        if h.state is AgentState.STOPPED and not self._warned_not_started:
+            self._warned_not_started = True
+            log.warning(
+                "agent %s gets requests but was never started: give the host app "
+                "lifespan=harnesses_lifespan(...) (or harness.lifespan, or run a HarnessGroup); "
+                "until then every request is 503",
+                h.agent_id,
+            )
 
 
 def _error(status: int, message: str) -> Response:
@@ -265,6 +287,7 @@ class HarnessApp:
         if self.harness.state is not AgentState.READY:
             # Expected while the host starts: not worth more than DEBUG.
             log.debug("agent %s: 503 for %s (not started)", self.harness.agent_id, scope["path"])
+            self.mount_check.not_started()
             await _error(503, f"agent {self.harness.agent_id} is not started")(scope, receive, send)
             return
         with agent_context(self.harness.agent_id):

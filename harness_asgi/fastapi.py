@@ -102,7 +102,10 @@ class _Guard:
 
     def __init__(self, harness: Harness) -> None:
         self._harness = harness
-        self._check = MountCheck(harness)
+        self._check = MountCheck(
+            harness,
+            fix="include the router with no prefix of its own (the prefix is the harness's)",
+        )
         server = harness.settings.server
         self._limits = harness.routes.limits
         self._max_bytes = server.max_request_bytes
@@ -125,6 +128,7 @@ class _Guard:
             raise HTTPException(status_code=500, detail=problem)
         if harness.state is not AgentState.READY:
             log.debug("agent %s: 503 for %s (not started)", harness.agent_id, request.url.path)
+            self._check.not_started()
             raise HTTPException(status_code=503, detail=f"agent {harness.agent_id} is not started")
         # Each request runs in its own task (and context), so the agent stays on this request.
         current_agent.set(harness.agent_id)

@@ -137,6 +137,11 @@ class Harness:
             base = self._bound_url
         return public_url(base, self._prefix)
 
+    @property
+    def public_url_is_a_guess(self) -> bool:
+        """No ``[server] base_url`` and no server of the runtime's own told where it listens."""
+        return self.settings.server.base_url is None and self._bound_url is None
+
     def serve_under(self, prefix: str) -> None:
         """Give an agent built without a prefix the one its group's app serves it under.
 
@@ -266,7 +271,10 @@ class Harness:
         from harness_core.group import HarnessGroup
 
         if self._group is not None or self.state in (AgentState.STARTING, AgentState.READY):
-            raise HarnessAlreadyStartedError(f"agent {self.agent_id} is already running")
+            raise HarnessAlreadyStartedError(
+                f"agent {self.agent_id} is already running (started twice? e.g. by "
+                "harnesses_lifespan and by its FastAPI router's own lifespan: use one)"
+            )
         group = HarnessGroup(self)
         await group.__aenter__()
         self._group = group

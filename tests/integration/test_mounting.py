@@ -82,17 +82,23 @@ async def test_two_agents_mounted_in_a_host_app_answer_at_their_prefixed_urls(
 
 
 async def test_a_mounted_agent_answers_503_until_the_host_starts_it(
-    tmp_path: Path, temporal_address: str
+    tmp_path: Path, temporal_address: str, caplog: pytest.LogCaptureFixture
 ):
-    """Given an agent mounted in a host app whose lifespan does not start it
+    """Given an agent mounted in a host app whose lifespan does not start it (and no base_url)
     When a client calls it
-    Then every request is 503 and reaches no route; the host's routes still work."""
+    Then every request is 503 and reaches no route; the host's routes still work; one WARNING
+    says the agent was never started and how to start it, one that base_url is missing."""
     harness = Harness(agent_settings(tmp_path, temporal_address), prefix="/agents/a")
     app = Starlette(routes=[Route("/hello", hello), Mount("/agents/a", app=harness.asgi_app())])
-    async with serving_app(app) as url, httpx.AsyncClient() as http:
-        card = await http.get(f"{url}/agents/a/.well-known/agent-card.json")
-        rpc = await http.post(f"{url}/agents/a/", json={"jsonrpc": "2.0", "id": 1})
-        host_page = await http.get(f"{url}/hello")
+    with caplog.at_level(logging.WARNING, logger="harness.http"):
+        async with serving_app(app) as url, httpx.AsyncClient() as http:
+            card = await http.get(f"{url}/agents/a/.well-known/agent-card.json")
+            rpc = await http.post(f"{url}/agents/a/", json={"jsonrpc": "2.0", "id": 1})
+            host_page = await http.get(f"{url}/hello")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len([w for w in warnings if "was never started" in w]) == 1
+    assert any("harnesses_lifespan" in w for w in warnings)
+    assert len([w for w in warnings if "has no [server] base_url" in w]) == 1
     assert card.status_code == rpc.status_code == 503
     assert card.json() == {"error": f"agent {harness.agent_id} is not started"}
     assert host_page.status_code == 200
