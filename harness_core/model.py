@@ -69,7 +69,8 @@ class Gate:
 
 
 class ScriptedModel:
-    """A deterministic model: answers with its scripted replies in order, then echoes.
+    """A deterministic model: answers with its scripted replies in order, then repeats the last
+    (with no replies at all, it echoes the user).
 
     A reply is a ``TurnOutput`` or a string (an answer). ``delay`` slows every turn; ``gate`` holds
     every turn until released. ``turns`` records what the model was given.
