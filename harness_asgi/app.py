@@ -22,7 +22,6 @@ does (``harness.lifespan``, ``HarnessGroup.lifespan``, ``harnesses_lifespan``).
 from __future__ import annotations
 
 import logging
-import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -43,7 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from harness_asgi.card import build_agent_card
 from harness_asgi.handler import HarnessRequestHandler
-from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, resolve_identity
+from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, identify
 from harness_asgi.limits import LimitsMiddleware, RateLimiter
 from harness_core.harness import AgentState, Harness
 from harness_core.logs import agent_context
@@ -203,10 +202,11 @@ class MountCheck:
         )
         log.error("%s; refusing every request until that is fixed", self._verdict)
 
-    def not_started(self) -> None:
-        """Say once, loudly, that requests arrive for an agent nothing has started (not one
-        that is still starting): the host app runs no lifespan that starts it."""
+    def not_started(self, path: str) -> None:
+        """Log a 503: at DEBUG (expected while the host starts), and once, loudly, when nothing
+        has started the agent at all (the host app runs no lifespan that starts it)."""
         h = self._harness
+        log.debug("agent %s: 503 for %s (not started)", h.agent_id, path)
         if h.state is AgentState.STOPPED and not self._warned_not_started:
             self._warned_not_started = True
             log.warning(
@@ -231,16 +231,9 @@ class _Identify:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and needs_identity(route_path(scope)):
-            try:
-                resolve_identity(self._harness, scope)
-            except Exception:
-                request_id = uuid.uuid4().hex[:12]
-                log.exception(
-                    "agent %s: the participant resolver failed (request %s)",
-                    self._harness.agent_id,
-                    request_id,
-                )
-                await _error(500, f"internal error (request {request_id})")(scope, receive, send)
+            error = identify(self._harness, scope)
+            if error is not None:
+                await _error(500, error)(scope, receive, send)
                 return
         await self._app(scope, receive, send)
 
@@ -285,9 +278,7 @@ class HarnessApp:
             await _error(500, problem)(scope, receive, send)
             return
         if self.harness.state is not AgentState.READY:
-            # Expected while the host starts: not worth more than DEBUG.
-            log.debug("agent %s: 503 for %s (not started)", self.harness.agent_id, scope["path"])
-            self.mount_check.not_started()
+            self.mount_check.not_started(str(scope["path"]))
             await _error(503, f"agent {self.harness.agent_id} is not started")(scope, receive, send)
             return
         with agent_context(self.harness.agent_id):

@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
-
-import anyio
 
 try:
     from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
@@ -39,8 +36,8 @@ from a2a.server.routes import add_a2a_routes_to_fastapi
 from starlette.routing import Route
 
 from harness_asgi.app import MountCheck, build_routes, needs_identity
-from harness_asgi.identity import resolve_identity
-from harness_asgi.limits import RateLimiter
+from harness_asgi.identity import identify
+from harness_asgi.limits import RateLimiter, declared_length, discard_body
 from harness_core.harness import AgentState, Harness
 from harness_core.logs import current_agent
 
@@ -127,8 +124,7 @@ class _Guard:
         if problem:
             raise HTTPException(status_code=500, detail=problem)
         if harness.state is not AgentState.READY:
-            log.debug("agent %s: 503 for %s (not started)", harness.agent_id, request.url.path)
-            self._check.not_started()
+            self._check.not_started(request.url.path)
             raise HTTPException(status_code=503, detail=f"agent {harness.agent_id} is not started")
         # Each request runs in its own task (and context), so the agent stays on this request.
         current_agent.set(harness.agent_id)
@@ -138,18 +134,9 @@ class _Guard:
         own_path = str(getattr(route, "path", ""))[len(harness.prefix) :]
         if not needs_identity(own_path):
             return
-        try:
-            resolve_identity(harness, request.scope)
-        except Exception:
-            request_id = uuid.uuid4().hex[:12]
-            log.exception(
-                "agent %s: the participant resolver failed (request %s)",
-                harness.agent_id,
-                request_id,
-            )
-            raise HTTPException(
-                status_code=500, detail=f"internal error (request {request_id})"
-            ) from None
+        error = identify(harness, request.scope)
+        if error is not None:
+            raise HTTPException(status_code=500, detail=error)
 
     async def _limit(self, request: Request) -> None:
         if self._limiter is not None:
@@ -163,13 +150,15 @@ class _Guard:
         too_big = HTTPException(
             status_code=413, detail=f"request body over {self._max_bytes} bytes"
         )
-        declared = request.headers.get("content-length")
+        try:
+            declared = declared_length(request.scope)
+        except ValueError:
+            raise HTTPException(status_code=400, detail="malformed Content-Length") from None
         if declared is not None:
-            if not declared.strip().isdigit():
-                raise HTTPException(status_code=400, detail="malformed Content-Length")
-            if int(declared) > self._max_bytes:
-                if int(declared) <= 2 * self._max_bytes:
-                    await _drain(request, self._max_bytes * 2)
+            if declared > self._max_bytes:
+                # As the app's middleware does: over twice the limit is too much to read.
+                if declared <= 2 * self._max_bytes:
+                    await discard_body(request.receive, declared)
                 raise too_big
             return
         if request.method in ("GET", "HEAD", "DELETE"):
@@ -181,24 +170,10 @@ class _Guard:
         async for chunk in request.stream():
             size += len(chunk)
             if size > self._max_bytes:
-                await _drain(request, self._max_bytes)
+                await discard_body(request.receive, self._max_bytes)
                 raise too_big
             chunks.append(chunk)
         setattr(request, "_body", b"".join(chunks))  # noqa: B010 - Starlette's body cache
-
-
-async def _drain(request: Request, limit: int) -> None:
-    """Read and drop up to ``limit`` more bytes of the body (for at most two seconds).
-
-    Hypercorn closes an HTTP/1.1 connection as soon as the response ends if the request body has
-    not, and a client still sending then gets a reset instead of the 413.
-    """
-    dropped = 0
-    with anyio.move_on_after(2.0):
-        async for chunk in request.stream():
-            dropped += len(chunk)
-            if dropped > limit:
-                break
 
 
 def _misrouted(request: Request) -> str | None:

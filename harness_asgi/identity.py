@@ -14,6 +14,9 @@ router's dependency), and kept in the ASGI scope, where the context builder find
 
 from __future__ import annotations
 
+import logging
+import uuid
+
 import attrs
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import DefaultServerCallContextBuilder
@@ -29,9 +32,12 @@ __all__ = [
     "PARTICIPANT_HEADER",
     "HarnessContextBuilder",
     "Identity",
+    "identify",
     "identity_of",
     "resolve_identity",
 ]
+
+log = logging.getLogger("harness.http")
 
 PARTICIPANT_HEADER = "x-participant-id"
 #: Where a request's identity waits in the ASGI scope.
@@ -69,6 +75,20 @@ def resolve_identity(harness: Harness, scope: Scope) -> Identity:
         identity = Identity(participant=value or None, strict=True)
     scope[IDENTITY_KEY] = identity
     return identity
+
+
+def identify(harness: Harness, scope: Scope) -> str | None:
+    """``resolve_identity``, for the app and the router alike: None when it worked, else the
+    client's error text (a request id only; the resolver's exception is logged with it)."""
+    try:
+        resolve_identity(harness, scope)
+    except Exception:
+        request_id = uuid.uuid4().hex[:12]
+        log.exception(
+            "agent %s: the participant resolver failed (request %s)", harness.agent_id, request_id
+        )
+        return f"internal error (request {request_id})"
+    return None
 
 
 class HarnessContextBuilder(DefaultServerCallContextBuilder):

@@ -23,7 +23,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["LimitsMiddleware", "RateLimiter", "json_error"]
+__all__ = ["LimitsMiddleware", "RateLimiter", "declared_length", "discard_body", "json_error"]
 
 log = logging.getLogger("harness.http")
 
@@ -132,7 +132,7 @@ class LimitsMiddleware:
                 await response(scope, receive, send)
                 return
         try:
-            declared = _declared_length(scope)
+            declared = declared_length(scope)
         except ValueError:
             await json_error(400, "malformed content-length header")(scope, receive, send)
             return
@@ -200,7 +200,15 @@ class _BodyLimit:
 async def _refuse_body(
     limit: int, discard: int, scope: Scope, receive: Receive, send: Send
 ) -> None:
-    """Read and drop what is left of the body, up to ``discard`` bytes, then send the 413.
+    """Read and drop what is left of the body, up to ``discard`` bytes, then send the 413."""
+    log.debug("413 for %s: the body is over %s bytes", scope.get("path"), limit)
+    await discard_body(receive, discard)
+    await json_error(413, f"request body over {limit} bytes")(scope, receive, send)
+
+
+async def discard_body(receive: Receive, discard: int) -> None:
+    """Read and drop what is left of a refused body, up to ``discard`` bytes (for at most two
+    seconds), before the 413 is sent.
 
     Hypercorn closes an HTTP/1.1 connection as soon as the response ends if the request body has
     not; a client still sending then gets a reset instead of the 413 (httpx: ReadError). Reading
@@ -208,7 +216,6 @@ async def _refuse_body(
     ``discard`` is 0 when the body has ended: the server's receive would then wait for the
     response to end.
     """
-    log.debug("413 for %s: the body is over %s bytes", scope.get("path"), limit)
     discarded = 0
     with anyio.move_on_after(_DISCARD_SECONDS):
         while discarded < discard:
@@ -218,10 +225,9 @@ async def _refuse_body(
             discarded += len(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-    await json_error(413, f"request body over {limit} bytes")(scope, receive, send)
 
 
-def _declared_length(scope: Scope) -> int | None:
+def declared_length(scope: Scope) -> int | None:
     """The request's ``content-length``, None without one; ValueError when it is not one number."""
     headers: list[tuple[bytes, bytes]] = list(scope["headers"])
     values = {value for name, value in headers if name.lower() == b"content-length"}

@@ -124,16 +124,20 @@ class SecretRegistry:
         return _mask(pattern, text)
 
     def redact_json(self, value: object) -> object:
-        """A deep copy of JSON-like data (dicts, lists, tuples, scalars) with every string masked.
+        """JSON-like data (dicts, lists, tuples, scalars) with every string masked, as a copy; the
+        input is never changed. Returns ``value`` itself when nothing is registered (the send path
+        pays nothing then).
 
         Dict keys are masked too; two keys that both mask to :data:`MASK` collapse into one (the
         later one wins). Values of other types are returned as they are, not copied.
         """
         pattern = self._snapshot.pattern
+        if pattern is None:
+            return value
 
         def walk(item: object) -> object:
             if isinstance(item, str):
-                return item if pattern is None else _mask(pattern, item)
+                return _mask(pattern, item)
             if isinstance(item, dict):
                 mapping = cast("dict[object, object]", item)
                 return {walk(key): walk(child) for key, child in mapping.items()}
