@@ -1,0 +1,1 @@
+"""What runs in a turn: the turn API, the built-in agents, models and tools."""
