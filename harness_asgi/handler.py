@@ -63,6 +63,7 @@ from harness_asgi.identity import identity_of
 from harness_core import errors
 from harness_core.harness import Harness
 from harness_core.payloads import EventPage, TaskEvent, TaskView
+from harness_core.tasks import TaskService
 
 __all__ = ["SEQ_KEY", "HarnessRequestHandler"]
 
@@ -71,16 +72,20 @@ log = logging.getLogger("harness.http")
 SEQ_KEY = "harness.seq"
 
 
-def _task_proto(view: TaskView) -> Task:
-    return ParseDict(view.task, Task(), ignore_unknown_fields=True)
+async def _task_proto(tasks: TaskService, view: TaskView) -> Task:
+    """The task for a client, with the content kept in the blob store back in place."""
+    return ParseDict(await tasks.restore(view.task), Task(), ignore_unknown_fields=True)
 
 
-def _event_proto(event: TaskEvent) -> TaskStatusUpdateEvent | TaskArtifactUpdateEvent:
+async def _event_proto(
+    tasks: TaskService, event: TaskEvent
+) -> TaskStatusUpdateEvent | TaskArtifactUpdateEvent:
     proto: TaskStatusUpdateEvent | TaskArtifactUpdateEvent
+    body = await tasks.restore(event.body)
     if event.kind == "status":
-        proto = ParseDict(event.body, TaskStatusUpdateEvent(), ignore_unknown_fields=True)
+        proto = ParseDict(body, TaskStatusUpdateEvent(), ignore_unknown_fields=True)
     else:
-        proto = ParseDict(event.body, TaskArtifactUpdateEvent(), ignore_unknown_fields=True)
+        proto = ParseDict(body, TaskArtifactUpdateEvent(), ignore_unknown_fields=True)
     proto.metadata.update({SEQ_KEY: event.seq})
     return proto
 
@@ -160,12 +165,18 @@ class HarnessRequestHandler(RequestHandler):
     ) -> Task | Message:
         self._check_message(params.message)
         with _a2a_errors("SendMessage"):
-            receipt = await self._harness.tasks.send(
+            tasks = self._harness.tasks
+            delivery = await tasks.send(
                 MessageToDict(params.message),
                 participant=_sender(context),
                 wait=not params.configuration.return_immediately,
             )
-            return apply_history_length(_task_proto(receipt.view), params.configuration)
+            if delivery.reply is not None:
+                # The agent answered with a direct Message: the client gets no task.
+                reply = await tasks.restore(delivery.reply)
+                return ParseDict(reply, Message(), ignore_unknown_fields=True)
+            task = await _task_proto(tasks, delivery.view)
+            return apply_history_length(task, params.configuration)
 
     @validate_request_params
     async def on_message_send_stream(
@@ -174,13 +185,14 @@ class HarnessRequestHandler(RequestHandler):
         self._check_message(params.message)
         participant = _sender(context)
         with _a2a_errors("SendStreamingMessage"):
-            receipt = await self._harness.tasks.send(
+            tasks = self._harness.tasks
+            delivery = await tasks.send(
                 MessageToDict(params.message), participant=participant, wait=False
             )
-        yield _task_proto(receipt.view)
-        task_id = str(receipt.view.task["id"])
+            task = await _task_proto(tasks, delivery.view)
+        yield task
         async for event in self._follow(
-            task_id, receipt.cursor, participant, "SendStreamingMessage"
+            delivery.task_id, delivery.cursor, participant, "SendStreamingMessage"
         ):
             yield event
 
@@ -193,8 +205,9 @@ class HarnessRequestHandler(RequestHandler):
             page: EventPage
             with _a2a_errors(operation):
                 page = await tasks.follow(task_id, after, participant)
-            for event in page.events:
-                yield _event_proto(event)
+                protos = [await _event_proto(tasks, event) for event in page.events]
+            for event, proto in zip(page.events, protos, strict=True):
+                yield proto
                 after = event.seq
             if page.view.settled:
                 return
@@ -206,16 +219,20 @@ class HarnessRequestHandler(RequestHandler):
         after = _last_event_id(context)
         participant = _reader(context)
         with _a2a_errors("SubscribeToTask"):
-            page = await self._harness.tasks.events(params.id, after, participant)
-        if page is None:
-            raise TaskNotFoundError()
-        if after > page.view.last_seq:
-            raise InvalidParamsError(
-                message=f"Last-Event-ID {after} is past the task's last event ({page.view.last_seq})"
-            )
-        yield _task_proto(page.view)
-        for event in page.events:
-            yield _event_proto(event)
+            tasks = self._harness.tasks
+            page = await tasks.events(params.id, after, participant)
+            if page is None:
+                raise TaskNotFoundError()
+            if after > page.view.last_seq:
+                raise InvalidParamsError(
+                    message=f"Last-Event-ID {after} is past the task's last event "
+                    f"({page.view.last_seq})"
+                )
+            task = await _task_proto(tasks, page.view)
+            protos = [await _event_proto(tasks, event) for event in page.events]
+        yield task
+        for event, proto in zip(page.events, protos, strict=True):
+            yield proto
             after = event.seq
         if page.view.settled:
             return
@@ -225,10 +242,12 @@ class HarnessRequestHandler(RequestHandler):
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         with _a2a_errors("GetTask"):
-            view = await self._harness.tasks.view(params.id, _reader(context))
-        if view is None:
-            return None
-        return apply_history_length(_task_proto(view), params)
+            tasks = self._harness.tasks
+            view = await tasks.view(params.id, _reader(context))
+            if view is None:
+                return None
+            task = await _task_proto(tasks, view)
+        return apply_history_length(task, params)
 
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
@@ -244,7 +263,8 @@ class HarnessRequestHandler(RequestHandler):
         if not identity.admitted:
             return ListTasksResponse(page_size=page_size)
         with _a2a_errors("ListTasks"):
-            views, next_token, total = await self._harness.tasks.list(
+            tasks = self._harness.tasks
+            views, next_token, total = await tasks.list(
                 participant=identity.participant,
                 context_id=params.context_id,
                 state=state,
@@ -255,7 +275,9 @@ class HarnessRequestHandler(RequestHandler):
             next_page_token=next_token, page_size=page_size, total_size=total
         )
         for view in views:
-            task = apply_history_length(_task_proto(view), params)
+            with _a2a_errors("ListTasks"):
+                proto = await _task_proto(tasks, view)
+            task = apply_history_length(proto, params)
             if not params.include_artifacts:
                 task.ClearField("artifacts")
             response.tasks.append(task)
@@ -266,8 +288,9 @@ class HarnessRequestHandler(RequestHandler):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         with _a2a_errors("CancelTask"):
-            view = await self._harness.tasks.cancel(params.id, _reader(context))
-        return _task_proto(view)
+            tasks = self._harness.tasks
+            view = await tasks.cancel(params.id, _reader(context))
+            return await _task_proto(tasks, view)
 
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext

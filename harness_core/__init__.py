@@ -7,6 +7,21 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from harness_core.agents.turn import (
+        Agent,
+        Artifact,
+        Ask,
+        AuthRequired,
+        Complete,
+        DataPart,
+        Fail,
+        FilePart,
+        Reject,
+        Reply,
+        TextPart,
+        TurnContext,
+        TurnMessage,
+    )
     from harness_core.config import Settings, load_settings, settings_from_mapping
     from harness_core.errors import (
         ConfigError,
@@ -20,13 +35,25 @@ if TYPE_CHECKING:
     )
     from harness_core.group import HarnessGroup, harnesses_lifespan
     from harness_core.harness import AgentState, Harness, ParticipantResolver, RouteOptions
-    from harness_core.model import EchoModel, Gate, Model, ScriptedModel
-    from harness_core.payloads import TurnInput, TurnOutput
+    from harness_core.model import EchoModel, Gate, Model, ScriptedModel, TurnInput, TurnOutput
     from harness_core.urls import public_url
 
 # The public names load on first use, so that `harness` can install its signal handlers before the
 # heavy imports (temporalio, a2a-sdk) run: a Ctrl-C during start-up then stops it cleanly.
 _HOMES = {
+    "Agent": "harness_core.agents.turn",
+    "Artifact": "harness_core.agents.turn",
+    "Ask": "harness_core.agents.turn",
+    "AuthRequired": "harness_core.agents.turn",
+    "Complete": "harness_core.agents.turn",
+    "DataPart": "harness_core.agents.turn",
+    "Fail": "harness_core.agents.turn",
+    "FilePart": "harness_core.agents.turn",
+    "Reject": "harness_core.agents.turn",
+    "Reply": "harness_core.agents.turn",
+    "TextPart": "harness_core.agents.turn",
+    "TurnContext": "harness_core.agents.turn",
+    "TurnMessage": "harness_core.agents.turn",
     "AgentState": "harness_core.harness",
     "ConfigError": "harness_core.errors",
     "EchoModel": "harness_core.model",
@@ -47,8 +74,8 @@ _HOMES = {
     "ScriptedModel": "harness_core.model",
     "Settings": "harness_core.config",
     "TaskClosedError": "harness_core.errors",
-    "TurnInput": "harness_core.payloads",
-    "TurnOutput": "harness_core.payloads",
+    "TurnInput": "harness_core.model",
+    "TurnOutput": "harness_core.model",
     "load_settings": "harness_core.config",
     "settings_from_mapping": "harness_core.config",
 }
@@ -62,10 +89,18 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "Agent",
     "AgentState",
+    "Artifact",
+    "Ask",
+    "AuthRequired",
+    "Complete",
     "ConfigError",
+    "DataPart",
     "EchoModel",
     "EmbeddedTemporalError",
+    "Fail",
+    "FilePart",
     "Gate",
     "Harness",
     "HarnessAlreadyStartedError",
@@ -76,11 +111,16 @@ __all__ = [
     "HarnessStoppedError",
     "Model",
     "ParticipantResolver",
+    "Reject",
+    "Reply",
     "RouteOptions",
     "ScriptedModel",
     "Settings",
     "TaskClosedError",
+    "TextPart",
+    "TurnContext",
     "TurnInput",
+    "TurnMessage",
     "TurnOutput",
     "harnesses_lifespan",
     "load_settings",

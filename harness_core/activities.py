@@ -1,47 +1,84 @@
-"""The activities of one agent: a model turn, storing a final record, and the heartbeat.
+"""The activities of one agent: a turn, a model request and a tool call (the LLM loop), archiving a run,
+storing an ended task, and the heartbeat.
 
 They run on the Temporal event loop (the caller's under asyncio, the bridge thread under Trio); the
-store's synchronous SQLite calls run in the worker's activity thread pool, never on that loop.
+store's synchronous SQLite calls run in worker threads, never on that loop. Each activity is scheduled
+with one attempt and the workflow owns the retries: an attempt that a worker stopping interrupts raises
+``WorkerStopped``, which the workflow retries without counting it against the agent.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
-import attrs
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from harness_core.model import Model
-from harness_core.payloads import TaskRecord, TurnInput, TurnOutput
+from harness_core.agents.context import ActivityTurnContext, outcome_of
+from harness_core.agents.parts import message_from_json
+from harness_core.agents.turn import Agent, TurnMessage
+from harness_core.blobs import BlobStore
+from harness_core.payloads import (
+    Archive,
+    ModelStep,
+    ModelStepInput,
+    TaskRecord,
+    ToolCallInput,
+    ToolCallOutput,
+    TurnOutcome,
+    TurnRequest,
+)
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
-from harness_core.workflows import HEARTBEAT, MODEL_TURN, STORE_RECORD
+from harness_core.workflows import ARCHIVE, HEARTBEAT, MODEL_STEP, RUN_TURN, STORE_RECORD, TOOL_CALL
 
-__all__ = ["AgentActivities"]
+__all__ = ["HISTORY_WINDOW", "AgentActivities", "LlmLoop"]
 
 log = logging.getLogger("harness.worker")
+T = TypeVar("T")
 
-# A regular (non-local) turn heartbeats this often, well inside its 10 s heartbeat timeout, so a
-# worker that dies mid-turn is noticed in seconds and the turn retried elsewhere.
+# A regular (non-local) activity heartbeats this often, well inside its 10 s heartbeat timeout, so a
+# worker that dies mid-turn is noticed in seconds and the turn retried elsewhere; a cancel of the task
+# reaches the turn with the heartbeat's answer.
 _HEARTBEAT_EVERY = 2.0
+#: The most archived messages (earlier runs) a turn is given besides its own run's.
+HISTORY_WINDOW = 400
+
+
+class LlmLoop(Protocol):
+    """The built-in LLM agent's steps, as the ``model_step`` and ``tool_call`` activities run them."""
+
+    async def step(
+        self, history: tuple[TurnMessage, ...], step: ModelStepInput, ctx: ActivityTurnContext
+    ) -> ModelStep: ...
+
+    async def call_tool(self, call: ToolCallInput) -> ToolCallOutput: ...
 
 
 class AgentActivities:
-    """The activity implementations bound to one agent's model and store."""
+    """The activity implementations bound to one agent and its stores."""
 
-    def __init__(self, agent_id: str, model: Model, store: TaskStore) -> None:
+    def __init__(
+        self,
+        agent_id: str,
+        agent: Agent | None,
+        store: TaskStore,
+        blobs: BlobStore,
+        llm: LlmLoop | None = None,
+    ) -> None:
         self.agent_id = agent_id
-        self.model = model
+        self.agent = agent
         self.store = store
+        self.blobs = blobs
+        self.llm = llm
 
     def _check_agent(self, agent_id: str, what: str) -> None:
         """Refuse work of another agent: it reaches this worker only when two agents (in two
-        processes: one process refuses it at start) poll one task queue, and this model must not
+        processes: one process refuses it at start) poll one task queue, and this agent must not
         answer that agent's users, nor this store keep its records."""
         if agent_id != self.agent_id:
             queue = activity.info().task_queue
@@ -50,14 +87,95 @@ class AgentActivities:
                 f"both poll task queue {queue!r}; give each agent its own queue"
             )
             log.error("%s", message)
-            raise ApplicationError(message, type="WrongAgent")
+            raise ApplicationError(message, type="WrongAgent", non_retryable=True)
 
-    @activity.defn(name=MODEL_TURN)
-    async def model_turn(self, turn: TurnInput) -> TurnOutput:
-        self._check_agent(turn.agent_id, "a turn")
+    async def _history(self, request: TurnRequest) -> tuple[TurnMessage, ...]:
+        """The turn's messages: a window of the archived ones, then the run's, content restored."""
+
+        def read() -> list[Any]:
+            start = max(0, request.archived - HISTORY_WINDOW)
+            archived = self.store.messages(request.task_id, start, request.archived)
+            return [self.blobs.restore(m) for m in [*archived, *request.messages]]
+
+        messages = await anyio.to_thread.run_sync(read)
+        senders = dict(request.senders)
+        return tuple(
+            message_from_json(m, senders.get(str(m.get("messageId", "")))) for m in messages
+        )
+
+    def _context(
+        self, request: TurnRequest, history: tuple[TurnMessage, ...]
+    ) -> ActivityTurnContext:
+        return ActivityTurnContext(
+            task_id=request.task_id,
+            context_id=request.context_id,
+            number=request.number,
+            history=history,
+            new_ids=request.new_ids,
+            blobs=self.blobs,
+        )
+
+    @activity.defn(name=RUN_TURN)
+    async def run_turn(self, request: TurnRequest) -> TurnOutcome:
+        self._check_agent(request.agent_id, "a turn")
+        agent = self.agent
+        if agent is None:
+            raise ApplicationError("this agent runs an LLM loop, not turns", non_retryable=True)
+        ctx = self._context(request, await self._history(request))
+        result = await _guarded(lambda: agent.turn(ctx))
+        return _redacted(outcome_of(result, ctx))
+
+    @activity.defn(name=MODEL_STEP)
+    async def model_step(self, step: ModelStepInput) -> ModelStep:
+        self._check_agent(step.turn.agent_id, "a model request")
+        llm = self.llm
+        if llm is None:
+            raise ApplicationError("this agent has no model", non_retryable=True)
+        history = await self._history(step.turn)
+        ctx = self._context(step.turn, history)
+        return _redacted(await _guarded(lambda: llm.step(history, step, ctx)))
+
+    @activity.defn(name=TOOL_CALL)
+    async def tool_call(self, call: ToolCallInput) -> ToolCallOutput:
+        self._check_agent(call.agent_id, "a tool call")
+        llm = self.llm
+        if llm is None:
+            raise ApplicationError("this agent has no tools", non_retryable=True)
+        return _redacted(await _guarded(lambda: llm.call_tool(call)))
+
+    @activity.defn(name=ARCHIVE)
+    def archive(self, archive: Archive) -> None:
+        self._check_agent(archive.agent_id, "the archive")
+        self.store.archive(archive)
+
+    @activity.defn(name=STORE_RECORD)
+    def store_record(self, archive: Archive, record: TaskRecord) -> None:
+        self._check_agent(record.agent_id, "the record")
+        self.store.store_final(archive, record)
+
+    @activity.defn(name=HEARTBEAT)
+    def heartbeat(self, agent_id: str) -> None:
+        self._check_agent(agent_id, "the heartbeat")
+        self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [
+            self.run_turn,
+            self.model_step,
+            self.tool_call,
+            self.archive,
+            self.store_record,
+            self.heartbeat,
+        ]
+
+
+async def _guarded(work: Callable[[], Awaitable[T]]) -> T:
+    """Run an agent's work: heartbeating when it is a regular activity, and telling a worker stop
+    (``WorkerStopped``, retried freely) from the agent's own failure."""
+    try:
         if activity.info().is_local:
-            return _redacted(await self.model.reply(turn))
-        result: list[TurnOutput] = []
+            return await work()
+        result: list[T] = []
         async with anyio.create_task_group() as tg:
 
             async def beat() -> None:
@@ -66,25 +184,17 @@ class AgentActivities:
                     await anyio.sleep(_HEARTBEAT_EVERY)
 
             tg.start_soon(beat)
-            result.append(await self.model.reply(turn))
+            result.append(await work())
             tg.cancel_scope.cancel()
-        return _redacted(result[0])
-
-    @activity.defn(name=STORE_RECORD)
-    def store_record(self, record: TaskRecord) -> None:
-        self._check_agent(record.agent_id, "the record")
-        self.store.put(record)
-
-    @activity.defn(name=HEARTBEAT)
-    def heartbeat(self, agent_id: str) -> None:
-        self._check_agent(agent_id, "the heartbeat")
-        self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
-
-    def all(self) -> list[Callable[..., Any]]:
-        return [self.model_turn, self.store_record, self.heartbeat]
+        return result[0]
+    except anyio.get_cancelled_exc_class():
+        if activity.is_worker_shutdown():
+            raise ApplicationError(
+                "the worker stopped during this attempt", type="WorkerStopped"
+            ) from None
+        raise
 
 
-def _redacted(output: TurnOutput) -> TurnOutput:
-    """A reply with every secret of the process masked: it is stored, and sent to clients."""
-    text = SECRETS.redact(output.text)
-    return output if text is output.text else attrs.evolve(output, text=text)
+def _redacted(value: T) -> T:
+    """A value with every secret of the process masked: it is stored, and sent to clients."""
+    return SECRETS.redact_attrs(value)

@@ -46,6 +46,8 @@ _AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 _ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 _DURATION_PATTERN = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h)\s*")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_IMPORT_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
+_IMPORT_HINT = 'must be "package.module:name", e.g. "my_pkg.tools:lookup_order"'
 _DURATION_HINT = 'a duration (seconds or a string like "30s")'
 _NO_FILE = "<settings>"
 _SHOW_LIMIT = 60
@@ -106,6 +108,7 @@ class StoreConfig:
     """``[store]``: where the agent keeps its own state."""
 
     path: Path | None = None  # None means .harness/<agent id>.sqlite3
+    blobs: Path | None = None  # large content (files, long replies); None means <store>-blobs/
 
 
 @attrs.frozen
@@ -117,13 +120,26 @@ class HeartbeatConfig:
 
 @attrs.frozen
 class ModelConfig:
-    """``[model]``: the stand-in model that answers each turn."""
+    """``[model]``: what answers each turn: a built-in agent, a model server, or Python code."""
 
-    kind: Literal["echo", "scripted"] = "echo"
+    kind: Literal["echo", "scripted", "openai", "anthropic", "python"] = "echo"
+    name: str | None = None  # openai/anthropic: the provider's model name
+    base_url: str | None = None  # openai/anthropic: another server (Ollama, vLLM, a proxy)
+    api_key_env: str | None = None  # openai/anthropic: the NAME of the variable holding the key
+    system: str | None = None  # openai/anthropic: the system prompt
+    tools: tuple[str, ...] = ()  # openai/anthropic: "package.module:function" async tools
+    factory: str | None = None  # python: "package.module:callable" returning the agent
     replies: tuple[str, ...] = ()  # scripted: in order, then the last repeats; empty echoes
     delay: float = 0.0  # seconds each turn waits before answering
     local_activity: bool = True  # a local activity skips a task-queue round trip per turn
-    turn_timeout: float = 60.0  # seconds, more than 0
+    turn_timeout: float = 60.0  # seconds one attempt of a turn (or a model request) may take
+    max_steps: int = 20  # openai/anthropic: model requests per turn before it must answer
+    turn_budget: float = 600.0  # openai/anthropic: seconds of wall clock per turn
+
+    @property
+    def is_llm(self) -> bool:
+        """The workflow runs the model loop (a model server), not one activity per turn."""
+        return self.kind in ("openai", "anthropic")
 
 
 @attrs.frozen
@@ -218,6 +234,29 @@ class Settings:
             )
         # A trailing newline from `$(cat keyfile)` would otherwise end up in the auth header.
         return value.strip()
+
+    def model_api_key(self) -> str | None:
+        """Read the model server's API key from the variable ``model.api_key_env`` names (None
+        when no variable is configured); the error names the variable, never a value."""
+        name = self.model.api_key_env
+        if name is None:
+            return None
+        value = os.environ.get(name)
+        if value is None or not value.strip():
+            state = "not set" if value is None else "empty"
+            raise ConfigError(
+                f"{self._label}: environment variable {name} is {state}; it must hold the "
+                "model server's API key (model.api_key_env names it)"
+            )
+        return value.strip()
+
+    @property
+    def blobs_path(self) -> Path:
+        """The absolute blob directory: ``store.blobs``, else ``<store file without suffix>-blobs``."""
+        if self.store.blobs is not None:
+            return self._absolute(self.store.blobs)
+        store = self.store_path
+        return store.with_name(f"{store.stem}-blobs")
 
     @property
     def _label(self) -> str:
@@ -348,14 +387,16 @@ def _check_table(
         raise ConfigError(f"{label}: '{key}' must be a table ([{key}]), got {_kind(value)}")
     table = typing.cast(Mapping[str, object], value)
     fields = _toml_fields(cls)
-    if key == "temporal" or key.startswith("temporal."):
+    if key in ("temporal", "model") or key.startswith("temporal."):
         # Checked before unknown keys so that the user learns where the secret belongs instead.
+        section = key.split(".")[0]
+        example = "TEMPORAL_API_KEY" if section == "temporal" else "OPENAI_API_KEY"
         for name in table:
             if name.lower().replace("-", "_") in {"api_key", "apikey"}:
                 raise ConfigError(
                     f"{label}: '{key}.{name}' is refused: never write the API key into the file; "
                     "put it in an environment variable and name that variable in "
-                    'temporal.api_key_env (e.g. api_key_env = "TEMPORAL_API_KEY")'
+                    f'{section}.api_key_env (e.g. api_key_env = "{example}")'
                 )
     checked: dict[str, object] = {}
     for name, item in table.items():
@@ -527,6 +568,59 @@ def _validate(settings: Settings, label: str) -> None:
             f"{label}: 'model.replies' is only used when model.kind = \"scripted\" "
             f'(kind is "{model.kind}")'
         )
+    _validate_model(model, label)
+
+
+def _validate_model(model: ModelConfig, label: str) -> None:
+    llm_only = {
+        "name": model.name,
+        "base_url": model.base_url,
+        "api_key_env": model.api_key_env,
+        "system": model.system,
+        "tools": model.tools or None,
+    }
+    if not model.is_llm:
+        for key, value in llm_only.items():
+            if value is not None:
+                raise ConfigError(
+                    f"{label}: 'model.{key}' is only used when model.kind is \"openai\" or "
+                    f'"anthropic" (kind is "{model.kind}")'
+                )
+    elif model.name is None or not model.name.strip():
+        raise ConfigError(
+            f"{label}: 'model.name' is required when model.kind = \"{model.kind}\" (the "
+            'provider\'s model name, e.g. "gpt-4.1-mini")'
+        )
+    if model.kind == "python":
+        if model.factory is None:
+            raise ConfigError(
+                f"{label}: 'model.factory' is required when model.kind = \"python\" "
+                '("package.module:callable" returning the agent)'
+            )
+        if re.fullmatch(_IMPORT_PATTERN, model.factory) is None:
+            raise _bad_value(label, "model.factory", model.factory, _IMPORT_HINT)
+    elif model.factory is not None:
+        raise ConfigError(
+            f"{label}: 'model.factory' is only used when model.kind = \"python\" "
+            f'(kind is "{model.kind}")'
+        )
+    for index, spec in enumerate(model.tools):
+        if re.fullmatch(_IMPORT_PATTERN, spec) is None:
+            raise _bad_value(label, f"model.tools[{index}]", spec, _IMPORT_HINT)
+    if model.api_key_env is not None and not re.fullmatch(_ENV_NAME_PATTERN, model.api_key_env):
+        # No value in the message: a malformed "name" may be the key itself.
+        raise ConfigError(
+            f"{label}: 'model.api_key_env' must be the name of an environment variable "
+            "(letters, digits and '_', not starting with a digit), not the key itself"
+        )
+    if model.base_url is not None:
+        problem = _url_problem(model.base_url.rstrip("/"))
+        if problem is not None:
+            raise _bad_value(label, "model.base_url", model.base_url, problem)
+    if model.max_steps < 1:
+        raise _bad_value(label, "model.max_steps", model.max_steps, "must be at least 1")
+    if model.turn_budget <= 0:
+        raise _bad_duration(label, "model.turn_budget", model.turn_budget, "be more than 0")
 
 
 def split_host_port(text: str) -> tuple[str, int]:

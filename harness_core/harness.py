@@ -21,11 +21,15 @@ from anyio.abc import TaskStatus
 from temporalio.client import Client
 
 from harness_core.activities import AgentActivities
+from harness_core.agents.builtin import agent_from_config, model_loop_from_config
+from harness_core.agents.turn import Agent, AgentFunction
+from harness_core.blobs import BlobStore
 from harness_core.config import Settings
 from harness_core.converter import data_converter
 from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
 from harness_core.logs import agent_context, install_record_redaction
-from harness_core.model import Model, model_from_config
+from harness_core.model import Model, as_agent
+from harness_core.payloads import TaskStart
 from harness_core.pool import pool
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
@@ -77,21 +81,29 @@ class Harness:
 
     Construction does no I/O. ``async with harness:`` (or a ``HarnessGroup``) starts it;
     ``asgi_app()`` is its HTTP face, which exists from construction and answers 503 until ready.
-    ``model`` overrides ``[model]``; ``client`` is a Temporal client of yours, never closed here.
+    ``agent`` (an object with ``async def turn(ctx)``, an async function of a turn context, or a
+    ``Model``) overrides ``[model]``; ``model`` is its older name. ``client`` is a Temporal client of
+    yours, never closed here.
     """
 
     def __init__(
         self,
         settings: Settings,
         *,
-        model: Model | None = None,
+        agent: Agent | AgentFunction | Model | None = None,
+        model: Agent | AgentFunction | Model | None = None,
         client: Client | None = None,
         prefix: str | None = None,
         participant: ParticipantResolver | None = None,
         routes: RouteOptions | None = None,
     ) -> None:
         self.settings = settings
-        self.model: Model = model if model is not None else model_from_config(settings.model)
+        chosen = agent if agent is not None else model
+        #: The turn agent; None when the workflow runs the LLM loop of ``[model]``.
+        self.agent: Agent | None = (
+            as_agent(chosen) if chosen is not None else agent_from_config(settings)
+        )
+        self.model_loop = model_loop_from_config(settings) if self.agent is None else None
         if client is not None and (
             client.data_converter.payload_converter_class
             is not data_converter.payload_converter_class
@@ -209,8 +221,11 @@ class Harness:
                 self._scope = scope
                 async with pool.lease(settings, client=self._client) as connection:
                     store = await anyio.to_thread.run_sync(TaskStore, settings.store_path)
+                    blobs = await anyio.to_thread.run_sync(BlobStore, settings.blobs_path)
                     try:
-                        activities = AgentActivities(self.agent_id, self.model, store)
+                        activities = AgentActivities(
+                            self.agent_id, self.agent, store, blobs, self.model_loop
+                        )
                         async with anyio.create_task_group() as tg:
                             queue = settings.effective_task_queue
                             await tg.start(
@@ -230,8 +245,8 @@ class Harness:
                                 queue=queue,
                                 connection=connection,
                                 store=store,
-                                local_activity=settings.model.local_activity,
-                                turn_timeout=settings.model.turn_timeout,
+                                blobs=blobs,
+                                start=self._task_start(),
                             )
                             self.state = AgentState.READY
                             log.info("agent %s ready on task queue %s", self.agent_id, queue)
@@ -244,6 +259,9 @@ class Harness:
                                 tg.cancel_scope.cancel()
                     finally:
                         store.close()
+                        if self.model_loop is not None:
+                            with anyio.CancelScope(shield=True):
+                                await connection.bridge.call(self.model_loop.aclose)
         except BaseException as exc:
             if not isinstance(exc, anyio.get_cancelled_exc_class()):
                 self.state = AgentState.FAILED
@@ -257,6 +275,20 @@ class Harness:
             if self.state is not AgentState.FAILED:
                 self.state = AgentState.STOPPED
             done.set()
+
+    def _task_start(self) -> TaskStart:
+        """How this agent's tasks run (each task fills in its ids)."""
+        model = self.settings.model
+        return TaskStart(
+            task_id="",
+            context_id="",
+            agent_id=self.agent_id,
+            local_activity=model.local_activity,
+            turn_timeout=model.turn_timeout,
+            loop="llm" if self.model_loop is not None else "turn",
+            max_steps=model.max_steps,
+            turn_seconds=model.turn_budget,
+        )
 
     async def stop_agent(self) -> None:
         """Cancel the running agent and wait until it has unwound."""

@@ -1,7 +1,8 @@
-"""The model seam: what an agent calls on each turn, and the deterministic models for tests and demos.
+"""Agents for tests and demos, and the older one-text-in, one-text-out model seam.
 
-A model gets the task's history and answers with text and an action (answer, ask the participant,
-fail). Models run inside a Temporal activity on the Temporal event loop, so they must be written
+``ScriptedModel`` and ``EchoModel`` are agents (they implement the turn API of
+``harness_core.agents.turn``); a ``Model`` (``reply(TurnInput) -> TurnOutput``) is still accepted and
+adapted. Agents run inside a Temporal activity on the Temporal event loop, so they must be written
 against AnyIO (or plain async code), never against one backend.
 """
 
@@ -9,23 +10,122 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import anyio
+import attrs
 
-from harness_core.config import ModelConfig
-from harness_core.payloads import TurnInput, TurnOutput
+from harness_core.agents.turn import (
+    Agent,
+    AgentFunction,
+    Artifact,
+    Ask,
+    Complete,
+    Fail,
+    TextPart,
+    TurnContext,
+    TurnResult,
+)
 
-__all__ = ["EchoModel", "Gate", "Model", "ScriptedModel", "model_from_config"]
+__all__ = [
+    "ChatMessage",
+    "EchoModel",
+    "Gate",
+    "Model",
+    "ScriptedModel",
+    "TurnInput",
+    "TurnOutput",
+    "as_agent",
+]
+
+
+@attrs.frozen
+class ChatMessage:
+    """One entry of the history handed to a ``Model``."""
+
+    role: Literal["user", "agent"]
+    text: str
+    message_id: str
+
+
+@attrs.frozen
+class TurnInput:
+    """What a ``Model`` is given on a turn: the task's messages as text."""
+
+    agent_id: str
+    task_id: str
+    context_id: str
+    number: int
+    history: tuple[ChatMessage, ...]
+
+
+@attrs.frozen
+class TurnOutput:
+    """A ``Model``'s answer: text and the action it implies for the task."""
+
+    text: str
+    action: Literal["answer", "ask", "fail"] = "answer"
 
 
 @runtime_checkable
 class Model(Protocol):
-    """What an agent calls once per turn: history in, reply and action out."""
+    """The text-only seam: history in, reply and action out. Prefer the turn API (``Agent``)."""
 
     async def reply(self, turn: TurnInput) -> TurnOutput:
-        """Answer one turn. Raising fails the turn (Temporal retries it per the activity policy)."""
+        """Answer one turn. Raising fails the attempt (the turn is retried)."""
         ...
+
+
+def turn_input(ctx: TurnContext, agent_id: str = "") -> TurnInput:
+    return TurnInput(
+        agent_id=agent_id,
+        task_id=ctx.task_id,
+        context_id=ctx.context_id,
+        number=ctx.number,
+        history=tuple(ChatMessage(m.role, m.text, m.message_id) for m in ctx.history),
+    )
+
+
+def result_of(output: TurnOutput, ctx: TurnContext) -> TurnResult:
+    """A ``TurnOutput`` in the turn API: an answer completes the task with a ``result`` artifact."""
+    if output.action == "ask":
+        return Ask(output.text)
+    if output.action == "fail":
+        return Fail(output.text)
+    artifact = Artifact(
+        (TextPart(output.text),), name="result", artifact_id=f"{ctx.task_id}:result:{ctx.number}"
+    )
+    return Complete(output.text, artifacts=(artifact,))
+
+
+class _ModelAgent:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    async def turn(self, ctx: TurnContext) -> TurnResult:
+        return result_of(await self.model.reply(turn_input(ctx)), ctx)
+
+
+class _FunctionAgent:
+    def __init__(self, fn: AgentFunction) -> None:
+        self.fn = fn
+
+    async def turn(self, ctx: TurnContext) -> TurnResult:
+        return await self.fn(ctx)
+
+
+def as_agent(value: Agent | Model | AgentFunction) -> Agent:
+    """An agent from an agent, a ``Model``, or an async function of a turn context."""
+    if isinstance(value, Agent):
+        return value
+    if isinstance(value, Model):
+        return _ModelAgent(value)
+    if callable(value):
+        return _FunctionAgent(value)
+    raise TypeError(
+        f"{type(value).__name__} is not an agent: give an object with `async def turn(ctx)`, an "
+        "async function of a turn context, or a Model with `async def reply(turn)`"
+    )
 
 
 def _last_user_text(turn: TurnInput) -> str:
@@ -69,39 +169,45 @@ class Gate:
 
 
 class ScriptedModel:
-    """A deterministic model: answers with its scripted replies in order, then repeats the last
+    """A deterministic agent: answers with its scripted replies in order, then repeats the last
     (with no replies at all, it echoes the user).
 
-    A reply is a ``TurnOutput`` or a string (an answer). ``delay`` slows every turn; ``gate`` holds
-    every turn until released. ``turns`` records what the model was given.
+    A reply is a string (an answer: the task completes with it, also as a ``result`` artifact), a
+    ``TurnOutput``, or any turn result (``Complete``, ``Ask``, ...). ``delay`` slows every turn;
+    ``gate`` holds every turn until released. ``turns`` records what each turn was given.
     """
 
     def __init__(
         self,
-        replies: Sequence[TurnOutput | str] = (),
+        replies: Sequence[TurnOutput | TurnResult | str] = (),
         *,
         delay: float = 0.0,
         gate: Gate | None = None,
     ) -> None:
-        self._replies = [r if isinstance(r, TurnOutput) else TurnOutput(r) for r in replies]
+        self._replies = [TurnOutput(r) if isinstance(r, str) else r for r in replies]
         self._delay = delay
         self.gate = gate
         self.turns: list[TurnInput] = []
+        self.contexts: list[TurnContext] = []
         self._lock = threading.Lock()
 
-    async def reply(self, turn: TurnInput) -> TurnOutput:
+    async def turn(self, ctx: TurnContext) -> TurnResult:
+        turn = turn_input(ctx)
         with self._lock:
             index = len(self.turns)
             self.turns.append(turn)
+            self.contexts.append(ctx)
         if self._delay:
             await anyio.sleep(self._delay)
         if self.gate is not None:
             await self.gate.pass_through()
         if index < len(self._replies):
-            return self._replies[index]
-        if self._replies:
-            return self._replies[-1]
-        return TurnOutput(_last_user_text(turn))
+            reply = self._replies[index]
+        elif self._replies:
+            reply = self._replies[-1]
+        else:
+            reply = TurnOutput(_last_user_text(turn))
+        return result_of(reply, ctx) if isinstance(reply, TurnOutput) else reply
 
 
 class EchoModel(ScriptedModel):
@@ -109,10 +215,3 @@ class EchoModel(ScriptedModel):
 
     def __init__(self, *, delay: float = 0.0) -> None:
         super().__init__((), delay=delay)
-
-
-def model_from_config(config: ModelConfig) -> Model:
-    """The model a ``[model]`` section describes."""
-    if config.kind == "scripted":
-        return ScriptedModel(config.replies, delay=config.delay)
-    return EchoModel(delay=config.delay)

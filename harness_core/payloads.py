@@ -1,11 +1,15 @@
-"""Values that cross Temporal: workflow and activity inputs, outputs and the stored task record.
+"""Values that cross Temporal: workflow and activity inputs, outputs and the stored task summary.
 
-This module is passed through the workflow sandbox (see ``worker.py``), so it must stay small and free
-of side effects: re-importing it per workflow run would give cattrs a new class object every run and
-grow its dispatch caches without bound (``shared/reference/temporal-latency.md``).
+This module and ``converter`` are the only ones passed through the workflow sandbox (see ``worker.py``),
+so it must stay small and free of side effects: re-importing it per workflow run would give cattrs a new
+class object every run and grow its dispatch caches without bound (``shared/reference/temporal-latency.md``).
 
-A2A protobuf values (messages, tasks, events) travel as ProtoJSON dictionaries (``MessageToDict``
-output), which keeps the workflow free of protobuf and the payloads readable in Temporal's UI.
+A2A protobuf values (messages, parts, events) travel as ProtoJSON dictionaries (``MessageToDict``
+output), which keeps the workflow free of protobuf and the payloads readable in Temporal's UI. Content
+over a threshold never travels: it is in the agent's blob store and a part carries its reference
+(``harness.blob`` in the part's metadata; see ``harness_core.blobs``). What a workflow holds is bounded
+per run (``RUN_MESSAGES``, ``RUN_BYTES``): past that it archives the run to the agent's store and
+continues as new, carrying only a :class:`TaskCarry`.
 """
 
 from __future__ import annotations
@@ -17,17 +21,24 @@ import attrs
 __all__ = [
     "SETTLED_STATES",
     "TERMINAL_STATES",
-    "ChatMessage",
+    "Archive",
     "EventPage",
     "Inbound",
+    "ModelStep",
+    "ModelStepInput",
     "ProtoJSON",
     "Receipt",
+    "TaskCarry",
     "TaskEvent",
     "TaskRecord",
     "TaskStart",
+    "TaskTail",
     "TaskView",
-    "TurnInput",
-    "TurnOutput",
+    "ToolCallInput",
+    "ToolCallOutput",
+    "ToolCallSpec",
+    "TurnOutcome",
+    "TurnRequest",
     "may_access",
 ]
 
@@ -48,7 +59,8 @@ def may_access(participants: tuple[str, ...] | list[str], participant: str | Non
 
 @attrs.frozen
 class Inbound:
-    """A user message for a task: ProtoJSON of an A2A ``Message`` plus who sent it."""
+    """A user message for a task: ProtoJSON of an A2A ``Message`` (large parts by reference) plus who
+    sent it."""
 
     message: ProtoJSON
     participant: str | None = None
@@ -56,24 +68,18 @@ class Inbound:
     wait: bool = False
     #: The agent the message was sent to; a task of another agent refuses it as not found.
     agent_id: str = ""
-    #: The message's size as compact JSON, measured once by the sender (the task's budget).
+    #: The message's size as compact JSON (blobs by reference), measured once by the sender.
     size: int = 0
-
-
-@attrs.frozen
-class TaskStart:
-    """The input of a ``TaskWorkflow``: the task's identity."""
-
-    task_id: str
-    context_id: str
-    agent_id: str
-    local_activity: bool = True
-    turn_timeout: float = 60.0
+    #: A digest of the message's content: a retry has the same, a reused id another.
+    digest: str = ""
 
 
 @attrs.frozen
 class TaskEvent:
-    """One entry of a task's event log: a ProtoJSON ``TaskStatusUpdateEvent`` or artifact update."""
+    """One entry of a task's event log: a ProtoJSON ``TaskStatusUpdateEvent`` or artifact update.
+
+    ``seq`` counts from 1 over the task's whole life, across continue-as-new.
+    """
 
     seq: int
     kind: Literal["status", "artifact"]
@@ -81,8 +87,86 @@ class TaskEvent:
 
 
 @attrs.frozen
+class TaskCarry:
+    """What a task carries into its next run (continue-as-new): its state, not its content.
+
+    The messages and events of earlier runs are in the agent's store (``archived_*`` of them).
+    """
+
+    status: ProtoJSON
+    participants: tuple[str, ...]
+    #: Message ids (with their content digests) of the run that just ended: a late retry of one
+    #: of them is still recognised by the workflow (older ones by the store).
+    recent_ids: tuple[tuple[str, str], ...]
+    archived_messages: int
+    archived_events: int
+    turns: int
+    runs: int
+    cancel_requested: bool = False
+
+
+@attrs.frozen
+class TaskStart:
+    """The input of a ``TaskWorkflow``: the task's identity, how its turns run, and either its first
+    message (a new task: the message is durable with the start, whatever happens to the update that
+    delivers it) or what it carries from its previous run."""
+
+    task_id: str
+    context_id: str
+    agent_id: str
+    local_activity: bool = True
+    turn_timeout: float = 60.0
+    #: "turn": one activity per turn (a custom or built-in agent). "llm": the workflow runs the
+    #: model loop, one activity per model request and per tool call.
+    loop: Literal["turn", "llm"] = "turn"
+    #: The LLM loop's budget per turn: model requests, and seconds of wall clock.
+    max_steps: int = 20
+    turn_seconds: float = 600.0
+    first: Inbound | None = None
+    carry: TaskCarry | None = None
+
+
+@attrs.frozen
+class TaskTail:
+    """A running task as its workflow knows it: its status, and the messages and events of the current
+    run after the positions asked for (earlier ones are in the store)."""
+
+    status: ProtoJSON
+    participants: tuple[str, ...]
+    agent_id: str
+    closed: bool
+    #: A turn runs or a message waits for one: the state is about to change.
+    busy: bool
+    #: Messages and events before these counts are archived in the store.
+    archived_messages: int
+    archived_events: int
+    messages: tuple[ProtoJSON, ...]
+    events: tuple[TaskEvent, ...]
+    #: The seq of the newest event.
+    last_seq: int
+
+    @property
+    def state(self) -> str:
+        return str(self.status.get("state", ""))
+
+
+@attrs.frozen
+class Receipt:
+    """What a delivered message got: whether it was a retry, the log position before it, and the
+    task's state after it (a blocking send waits until the task settles)."""
+
+    duplicate: bool
+    cursor: int
+    status: ProtoJSON
+    closed: bool
+    busy: bool
+    #: The agent answered the first message with a direct Message (no task for the client).
+    reply: ProtoJSON | None = None
+
+
+@attrs.frozen
 class TaskView:
-    """A task as a client sees it (ProtoJSON ``Task`` with history and artifacts)."""
+    """A task as a client sees it (ProtoJSON ``Task``, large content still by reference)."""
 
     task: ProtoJSON
     last_seq: int
@@ -104,15 +188,6 @@ class TaskView:
 
 
 @attrs.frozen
-class Receipt:
-    """What a delivered message got: whether it was a retry, and the log position before it."""
-
-    duplicate: bool
-    cursor: int
-    view: TaskView
-
-
-@attrs.frozen
 class EventPage:
     """Events after a position in the log, and the task as of the last of them."""
 
@@ -121,43 +196,123 @@ class EventPage:
 
 
 @attrs.frozen
-class ChatMessage:
-    """One entry of the history handed to a model."""
+class TurnRequest:
+    """The input of one turn activity: which messages the turn answers, and where the rest is.
 
-    role: Literal["user", "agent"]
-    text: str
-    message_id: str
-
-
-@attrs.frozen
-class TurnInput:
-    """The input of one model turn."""
+    ``messages`` are the current run's (bounded by the run's budget); the ``archived`` ones before
+    them are read from the agent's store, so no input copies the task's whole history.
+    """
 
     agent_id: str
     task_id: str
     context_id: str
     number: int
-    history: tuple[ChatMessage, ...]
+    archived: int
+    messages: tuple[ProtoJSON, ...]
+    #: Ids of the user messages this turn answers.
+    new_ids: tuple[str, ...]
+    #: Who sent each message, by id (the participant; absent for anonymous ones).
+    senders: tuple[tuple[str, str], ...] = ()
+    #: The first message of a task may be answered with a direct Message and no task.
+    may_reply: bool = False
 
 
 @attrs.frozen
-class TurnOutput:
-    """A model's answer: text and the action it implies for the task."""
+class TurnOutcome:
+    """How a turn ended, and what it emitted (events, large content by reference).
+
+    ``kind`` is one of complete, ask, auth, reject, fail, reply.
+    """
+
+    kind: Literal["complete", "ask", "auth", "reject", "fail", "reply"]
+    message: tuple[ProtoJSON, ...] = ()
+    artifacts: tuple[ProtoJSON, ...] = ()
+    #: Progress and artifact updates emitted during the turn, in order (ProtoJSON event bodies
+    #: without task and context ids): ("status", body) or ("artifact", body).
+    emitted: tuple[tuple[str, ProtoJSON], ...] = ()
+
+
+@attrs.frozen
+class ModelStepInput:
+    """One model request of the LLM loop: the turn's messages as in ``TurnRequest``, plus the loop's
+    own exchange so far this turn (pydantic-ai messages as JSON; opaque to the workflow)."""
+
+    turn: TurnRequest
+    step: int
+    exchange: tuple[Any, ...]
+    #: The budget is spent: the model is asked to answer now, without tools.
+    final: bool = False
+
+
+@attrs.frozen
+class ToolCallSpec:
+    """A tool call the model asked for, with how the tool may be run (from the agent's tools)."""
+
+    call_id: str
+    name: str
+    arguments: str
+    #: False: one attempt only, even when a worker stop interrupts it.
+    idempotent: bool = True
+    timeout: float = 60.0
+
+
+@attrs.frozen
+class ModelStep:
+    """What the model answered: text and tool calls; ``response`` is the pydantic-ai message as JSON,
+    appended to the exchange for the next step."""
 
     text: str
-    action: Literal["answer", "ask", "fail"] = "answer"
+    tool_calls: tuple[ToolCallSpec, ...]
+    response: Any
+    #: Artifact chunks the live text was checkpointed as (large content by reference).
+    emitted: tuple[tuple[str, ProtoJSON], ...] = ()
+
+
+@attrs.frozen
+class ToolCallInput:
+    agent_id: str
+    task_id: str
+    call_id: str
+    name: str
+    arguments: str
+
+
+@attrs.frozen
+class ToolCallOutput:
+    """A tool's result as text for the model; ``failed`` when it is an error the model should see."""
+
+    text: str
+    failed: bool = False
+
+
+@attrs.frozen
+class Archive:
+    """A run's messages and events, written to the agent's store before the run continues as new (or
+    ends). Positions are absolute, so writing the same archive twice changes nothing."""
+
+    task_id: str
+    agent_id: str
+    context_id: str
+    first_message: int
+    messages: tuple[ProtoJSON, ...]
+    events: tuple[TaskEvent, ...]
+    participants: tuple[str, ...]
 
 
 @attrs.frozen
 class TaskRecord:
-    """A task's final record, kept in the agent's SQLite store after its workflow ended."""
+    """A task's final summary, kept in the agent's store after its workflow ended (its messages and
+    events are there too, archived run by run) and returned as the workflow's result."""
 
     task_id: str
     context_id: str
     agent_id: str
     state: str
-    task: ProtoJSON
-    events: tuple[TaskEvent, ...]
-    message_ids: tuple[str, ...]
+    status: ProtoJSON
     participants: tuple[str, ...]
     updated_at: str
+    messages: int
+    events: int
+    #: The last run's messages and events when the store could not take them: the record then
+    #: lives here, in the workflow's result.
+    unstored: Archive | None = None

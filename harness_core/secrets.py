@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterable
-from typing import cast
+from typing import TypeVar, cast
 
 import attrs
 
@@ -23,6 +23,8 @@ __all__ = ["MASK", "MIN_SECRET_LENGTH", "SECRETS", "SecretRegistry"]
 
 MASK = "[redacted]"
 """What a secret value is replaced with."""
+
+T = TypeVar("T")
 
 MIN_SECRET_LENGTH = 4
 """Shorter values are not registered: masking every ``"a"`` or ``"01"`` would garble all output."""
@@ -148,6 +150,19 @@ class SecretRegistry:
             return item
 
         return walk(value)
+
+    def redact_attrs(self, value: T) -> T:
+        """A Temporal payload (an attrs value) with every string in it masked; ``value`` itself when
+        nothing is registered or nothing matches."""
+        if self._snapshot.pattern is None:
+            return value
+        from harness_core.converter import payload_converter
+
+        raw = payload_converter.unstructure(value)
+        masked = self.redact_json(raw)
+        if masked == raw:
+            return value
+        return payload_converter.structure(masked, type(value))
 
 
 SECRETS = SecretRegistry()

@@ -4,9 +4,10 @@ Backend-neutral: every Temporal call goes through the bridge. Running tasks are 
 workflows; ended tasks from the agent's store (their workflow may be gone, or in another process's
 retention), so a task stays readable after it ended and after a restart.
 
-A first message (no task id) gets a task id derived from the agent, the participant and the message id,
-so a client that retries it reaches the same workflow: the start itself is idempotent, and the
-workflow's dedupe by message id makes the delivery idempotent too.
+A first message (no task id) gets a task id derived from the agent, the participant, the message id and
+a digest of its content, so a client that retries it reaches the same workflow: the start itself is
+idempotent, and the workflow's dedupe by message id makes the delivery idempotent too. The same id with
+other content starts another task.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 import anyio
+import attrs
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -33,6 +35,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from harness_core.blobs import BlobStore
 from harness_core.errors import (
     InvalidRequestValueError,
     TaskClosedError,
@@ -45,17 +48,19 @@ from harness_core.payloads import (
     Inbound,
     ProtoJSON,
     Receipt,
+    TaskEvent,
     TaskRecord,
     TaskStart,
+    TaskTail,
     TaskView,
     may_access,
 )
 from harness_core.pool import TemporalConnection
 from harness_core.secrets import SECRETS
-from harness_core.store import TaskStore
+from harness_core.store import TaskStore, content_digest
 from harness_core.workflows import TaskWorkflow, task_closed_message
 
-__all__ = ["MAX_MESSAGE_BYTES", "TaskService", "derive_task_id"]
+__all__ = ["MAX_MESSAGE_BYTES", "Delivery", "TaskService", "derive_task_id", "fold_artifacts"]
 
 log = logging.getLogger("harness.tasks")
 
@@ -67,37 +72,69 @@ _RECENT_SECONDS = 300.0
 # How often a stream polls a quiet task: soon after a change, then backing off.
 _FOLLOW_FIRST_DELAY = 0.02
 _FOLLOW_MAX_DELAY = 0.5
-#: The largest message (as JSON) a task accepts.
+#: The largest message (as JSON, large parts by reference) a task accepts.
 MAX_MESSAGE_BYTES = 256 * 1024
+# How long a sender retries a task that is archiving its run (TaskBusy).
+_BUSY_PATIENCE = 60.0
 # Queries ListTasks runs at once.
 _LIST_CONCURRENCY = 16
 # Task ids known to run on this agent's queue (ownership never changes).
 _OWNED_CACHE = 4096
 
 
-def derive_task_id(agent_id: str, participant: str | None, message_id: str) -> str:
-    """The id of the task a first message starts: the same for a retry of the same message."""
-    digest = hashlib.sha256(f"{agent_id}\0{participant or ''}\0{message_id}".encode()).digest()
-    return str(uuid.UUID(bytes=digest[:16], version=4))
+def derive_task_id(agent_id: str, participant: str | None, message_id: str, digest: str) -> str:
+    """The id of the task a first message starts: the same for a retry of the same message (same id,
+    sender and content), another for the same id with other content."""
+    key = f"{agent_id}\0{participant or ''}\0{message_id}\0{digest}"
+    digest_bytes = hashlib.sha256(key.encode()).digest()
+    return str(uuid.UUID(bytes=digest_bytes[:16], version=4))
 
 
 def _not_found(exc: RPCError) -> bool:
     return exc.status == RPCStatusCode.NOT_FOUND
 
 
-def _view_of(record: TaskRecord) -> TaskView:
-    return TaskView(
-        task=record.task,
-        last_seq=len(record.events),
-        closed=True,
-        participants=record.participants,
-        agent_id=record.agent_id,
-    )
-
-
 def _quote(value: str) -> str:
     """A string literal for a Temporal visibility query."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def fold_artifacts(events: list[TaskEvent] | tuple[TaskEvent, ...]) -> list[ProtoJSON]:
+    """The task's artifacts from its artifact updates: a chunk with ``append`` adds its parts (text
+    joins the text before it), any other replaces the artifact; first emitted first."""
+    artifacts: dict[str, ProtoJSON] = {}
+    for event in events:
+        if event.kind != "artifact":
+            continue
+        artifact = cast("ProtoJSON", event.body.get("artifact") or {})
+        artifact_id = str(artifact.get("artifactId", ""))
+        known = artifacts.get(artifact_id)
+        if not event.body.get("append") or known is None:
+            artifacts[artifact_id] = artifact
+            continue
+        parts: list[ProtoJSON] = [
+            dict(p) for p in cast("list[ProtoJSON]", known.get("parts") or [])
+        ]
+        for part in cast("list[ProtoJSON]", artifact.get("parts") or []):
+            last = parts[-1] if parts else None
+            if last is not None and set(last) == {"text"} and set(part) == {"text"}:
+                last["text"] = str(last["text"]) + str(part["text"])
+            else:
+                parts.append(dict(part))
+        artifacts[artifact_id] = {**known, "parts": parts}
+    return list(artifacts.values())
+
+
+@attrs.frozen
+class Delivery:
+    """What a sent message got: the task (or the agent's direct reply), and where its events start."""
+
+    task_id: str
+    duplicate: bool
+    cursor: int
+    view: TaskView
+    #: The agent answered a first message with a Message and no task.
+    reply: ProtoJSON | None = None
 
 
 class TaskService:
@@ -109,6 +146,9 @@ class TaskService:
     * Ownership: the task's workflow runs on this agent's task queue (a described workflow, cached
       per id), and carries this agent's id. Another agent's task, in the same namespace, fails it.
     * Access (``may_access``): the caller's participant is on the task, or both are anonymous.
+
+    A task's content is read from two places: the agent's store (runs archived before the workflow
+    continued as new, and the whole task once it ended) and the workflow's current run.
     """
 
     def __init__(
@@ -118,15 +158,16 @@ class TaskService:
         queue: str,
         connection: TemporalConnection,
         store: TaskStore,
-        local_activity: bool,
-        turn_timeout: float,
+        blobs: BlobStore,
+        start: TaskStart,
     ) -> None:
         self.agent_id = agent_id
         self.queue = queue
         self._connection = connection
         self._store = store
-        self._local_activity = local_activity
-        self._turn_timeout = turn_timeout
+        self._blobs = blobs
+        # How the agent's new tasks run (the ids are filled in per task).
+        self._start = start
         # Tasks started here lately: Temporal's visibility lists a new workflow only after a
         # moment, and ListTasks must show a task as soon as SendMessage returned it.
         self._recent: dict[str, float] = {}
@@ -136,6 +177,11 @@ class TaskService:
     def connection(self) -> TemporalConnection:
         """The agent's leased Temporal connection (client and bridge)."""
         return self._connection
+
+    @property
+    def blobs(self) -> BlobStore:
+        """The agent's blob store (large content of its tasks)."""
+        return self._blobs
 
     async def _call(self, fn: Callable[[Client], Awaitable[T]]) -> T:
         client = self._connection.client
@@ -148,11 +194,6 @@ class TaskService:
     async def _record(self, task_id: str) -> TaskRecord | None:
         record = await anyio.to_thread.run_sync(self._store.get, task_id)
         return record if record is not None and record.agent_id == self.agent_id else None
-
-    def _mine(self, view: TaskView | None, participant: str | None) -> TaskView | None:
-        if view is None or view.agent_id != self.agent_id:
-            return None
-        return view if may_access(view.participants, participant) else None
 
     def _own(self, task_id: str) -> None:
         self._owned[task_id] = None
@@ -184,7 +225,7 @@ class TaskService:
 
     # -- send -------------------------------------------------------------------------------------
 
-    async def send(self, message: ProtoJSON, *, participant: str | None, wait: bool) -> Receipt:
+    async def send(self, message: ProtoJSON, *, participant: str | None, wait: bool) -> Delivery:
         """Deliver a user message: to its task when it names one, else to a new task.
 
         With ``wait``, return once the task has settled after this message (completed, failed,
@@ -193,13 +234,15 @@ class TaskService:
         has is not an error: it gets the task as it is) and ``InvalidRequestValueError`` for a
         message id already used for a different message.
         """
-        # Any agent's secret a client pasted is masked before the message is stored anywhere.
-        message = cast("ProtoJSON", SECRETS.redact_json(message))
+        # Any agent's secret a client pasted is masked before the message is stored anywhere, and
+        # large parts go to the blob store (the claim check) before anything reaches Temporal.
+        redacted = cast("ProtoJSON", SECRETS.redact_json(message))
+        message = await anyio.to_thread.run_sync(self._blobs.offload, redacted)
         size = len(json.dumps(message, separators=(",", ":")).encode())
         if size > MAX_MESSAGE_BYTES:
-            # Temporal refuses payloads over 2 MB, and a task carries its whole history.
             raise InvalidRequestValueError(
-                f"the message is {size} bytes; at most {MAX_MESSAGE_BYTES} are accepted"
+                f"the message is {size} bytes without its file contents; at most "
+                f"{MAX_MESSAGE_BYTES} are accepted (send large content as file parts)"
             )
         message_id = str(message.get("messageId", ""))
         inbound = Inbound(
@@ -208,23 +251,24 @@ class TaskService:
             wait=wait,
             agent_id=self.agent_id,
             size=size,
+            digest=content_digest(message),
         )
         task_id = str(message.get("taskId") or "")
         if task_id:
             return await self._deliver_existing(task_id, inbound)
-        task_id = derive_task_id(self.agent_id, participant, message_id)
+        task_id = derive_task_id(self.agent_id, participant, message_id, inbound.digest)
         # The record outlives the workflow's retention: a late retry must find it, not restart it.
         if await self._record(task_id) is not None:
-            return await self._closed_receipt(task_id, inbound)
+            return await self._closed_delivery(task_id, inbound)
         context_id = str(message.get("contextId") or "") or str(
             uuid.uuid5(uuid.NAMESPACE_URL, task_id)
         )
-        start = TaskStart(
+        start = attrs.evolve(
+            self._start,
             task_id=task_id,
             context_id=context_id,
             agent_id=self.agent_id,
-            local_activity=self._local_activity,
-            turn_timeout=self._turn_timeout,
+            first=inbound,
         )
 
         async def update_with_start(client: Client) -> Receipt:
@@ -250,39 +294,76 @@ class TaskService:
         self._remember(task_id)
         self._own(task_id)
         try:
-            return await self._call(update_with_start)
+            receipt = await self._call(update_with_start)
         except WorkflowAlreadyStartedError:
-            return await self._closed_receipt(task_id, inbound)
+            return await self._closed_delivery(task_id, inbound)
         except WorkflowUpdateFailedError as exc:
             raise _update_error(exc, task_id) from None
         except RPCError as exc:
             if exc.status == RPCStatusCode.ALREADY_EXISTS or _not_found(exc):
-                return await self._closed_receipt(task_id, inbound)
+                return await self._closed_delivery(task_id, inbound)
             raise
+        return await self._delivered(task_id, receipt)
 
-    async def _deliver_existing(self, task_id: str, inbound: Inbound) -> Receipt:
+    async def _delivered(self, task_id: str, receipt: Receipt) -> Delivery:
+        view = await self._view(task_id)
+        if view is None:
+            raise TaskNotFoundError(f"task {task_id} not found")
+        return Delivery(
+            task_id=task_id,
+            duplicate=receipt.duplicate,
+            cursor=receipt.cursor,
+            view=view,
+            reply=receipt.reply,
+        )
+
+    async def _deliver_existing(self, task_id: str, inbound: Inbound) -> Delivery:
         owner = await self._owner(task_id)
         if owner is False:
             raise TaskNotFoundError(f"task {task_id} not found")
         if owner is None:
-            return await self._closed_receipt(task_id, inbound)
-        try:
-            return await self._call(
-                lambda c: c.get_workflow_handle(task_id).execute_update(  # pyright: ignore[reportUnknownMemberType]
-                    TaskWorkflow.deliver, inbound
+            return await self._closed_delivery(task_id, inbound)
+        message_id = str(inbound.message.get("messageId", ""))
+        # Ids of runs before the last are in the store, not the workflow.
+        archived = await anyio.to_thread.run_sync(self._store.message_digest, task_id, message_id)
+        if archived is not None:
+            view = await self.view(task_id, inbound.participant)
+            if view is None:
+                raise TaskNotFoundError(f"task {task_id} not found")
+            if archived != inbound.digest:
+                raise InvalidRequestValueError(
+                    f"message id {message_id} was already used for another message"
                 )
-            )
-        except WorkflowUpdateFailedError as exc:
-            raise _update_error(exc, task_id) from None
-        except RPCError as exc:
-            if not _not_found(exc):
-                raise
-            return await self._closed_receipt(task_id, inbound)
+            return Delivery(task_id=task_id, duplicate=True, cursor=view.last_seq, view=view)
+        delay = 0.05
+        deadline = time.monotonic() + _BUSY_PATIENCE
+        while True:
+            try:
+                receipt = await self._call(
+                    lambda c: c.get_workflow_handle(task_id).execute_update(  # pyright: ignore[reportUnknownMemberType]
+                        TaskWorkflow.deliver, inbound
+                    )
+                )
+            except WorkflowUpdateFailedError as exc:
+                cause = exc.cause
+                busy = isinstance(cause, ApplicationError) and cause.type == "TaskBusy"
+                if busy and time.monotonic() < deadline:
+                    # The task is archiving its run and continuing as new: a moment.
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                raise _update_error(exc, task_id) from None
+            except RPCError as exc:
+                if not _not_found(exc):
+                    raise
+                return await self._closed_delivery(task_id, inbound)
+            return await self._delivered(task_id, receipt)
 
     async def _ended_record(self, task_id: str) -> TaskRecord | None:
         """An ended task's record: from the store, else from its closed workflow's result.
 
-        The second source covers a record stored by another process (or a store that was lost).
+        The second source covers a record stored by another process, or one the store could not
+        take (its last run is then in the result).
         """
         record = await self._record(task_id)
         if record is not None:
@@ -290,7 +371,7 @@ class TaskService:
 
         async def result(client: Client) -> TaskRecord:
             handle = client.get_workflow_handle(task_id, result_type=TaskRecord)
-            return await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=10))
+            return await handle.result(follow_runs=True, rpc_timeout=timedelta(seconds=10))
 
         try:
             record = await self._call(result)
@@ -298,20 +379,30 @@ class TaskService:
             return None
         return record if record.agent_id == self.agent_id else None
 
-    async def _closed_receipt(self, task_id: str, inbound: Inbound) -> Receipt:
+    async def _closed_delivery(self, task_id: str, inbound: Inbound) -> Delivery:
         """The answer for a message to a task whose workflow has ended (or never existed)."""
         record = await self._ended_record(task_id)
         if record is None or not may_access(record.participants, inbound.participant):
             raise TaskNotFoundError(f"task {task_id} not found")
         message_id = str(inbound.message.get("messageId", ""))
-        if message_id in record.message_ids:
-            known = [m for m in record.task.get("history", []) if m.get("messageId") == message_id]
-            if known and known[0].get("parts") != inbound.message.get("parts"):
-                raise InvalidRequestValueError(
-                    f"message id {message_id} was already used for another message"
-                )
-            return Receipt(duplicate=True, cursor=len(record.events), view=_view_of(record))
-        raise TaskClosedError(task_closed_message(task_id, record.state))
+        digest = await anyio.to_thread.run_sync(self._store.message_digest, task_id, message_id)
+        if digest is None and record.unstored is not None:
+            digest = next(
+                (
+                    content_digest(m)
+                    for m in record.unstored.messages
+                    if m.get("messageId") == message_id
+                ),
+                None,
+            )
+        if digest is None:
+            raise TaskClosedError(task_closed_message(task_id, record.state))
+        if digest != inbound.digest:
+            raise InvalidRequestValueError(
+                f"message id {message_id} was already used for another message"
+            )
+        view = await self._record_view(record)
+        return Delivery(task_id=task_id, duplicate=True, cursor=record.events, view=view)
 
     def _remember(self, task_id: str) -> None:
         now = time.monotonic()
@@ -320,14 +411,66 @@ class TaskService:
 
     # -- read -------------------------------------------------------------------------------------
 
-    async def _query(self, task_id: str, fn: Callable[[Client], Awaitable[T]]) -> T | None:
-        """A query of a task's workflow, or None when there is no such workflow."""
+    async def _tail(self, task_id: str, after_event: int, after_message: int) -> TaskTail | None:
+        """The workflow's current run, or None when there is no such workflow of this agent."""
+        if not await self._owner(task_id):
+            return None
         try:
-            return await self._call(fn)
+            tail = await self._call(
+                lambda c: c.get_workflow_handle(task_id).query(
+                    TaskWorkflow.tail, args=[after_event, after_message]
+                )
+            )
         except RPCError as exc:
             if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
                 return None
             raise
+        return tail if tail.agent_id == self.agent_id else None
+
+    def _assemble(
+        self,
+        task_id: str,
+        context_id: str,
+        status: ProtoJSON,
+        messages: list[ProtoJSON],
+        events: list[TaskEvent],
+    ) -> ProtoJSON:
+        task: ProtoJSON = {"id": task_id, "contextId": context_id, "status": status}
+        if messages:
+            task["history"] = messages
+        artifacts = fold_artifacts(events)
+        if artifacts:
+            task["artifacts"] = artifacts
+        return task
+
+    async def _record_view(self, record: TaskRecord) -> TaskView:
+        def read() -> ProtoJSON:
+            messages = self._store.messages(record.task_id, 0, record.messages)
+            events = self._store.events(record.task_id, 0, record.events)
+            unstored = record.unstored
+            if unstored is not None:
+                messages = [*messages[: unstored.first_message], *unstored.messages]
+                events = [
+                    *(
+                        e
+                        for e in events
+                        if e.seq
+                        <= (unstored.events[0].seq - 1 if unstored.events else record.events)
+                    ),
+                    *unstored.events,
+                ]
+            return self._assemble(
+                record.task_id, record.context_id, record.status, messages, events
+            )
+
+        task = await anyio.to_thread.run_sync(read)
+        return TaskView(
+            task=task,
+            last_seq=record.events,
+            closed=True,
+            participants=record.participants,
+            agent_id=record.agent_id,
+        )
 
     async def view(self, task_id: str, participant: str | None) -> TaskView | None:
         """The task as it is now, or None when this agent has no such task for ``participant``."""
@@ -338,53 +481,100 @@ class TaskService:
         """The task if it is this agent's, whoever asks."""
         record = await self._record(task_id)
         if record is not None:
-            return _view_of(record)
-        if not await self._owner(task_id):
-            return None
-        view = await self._query(
-            task_id, lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.view)
+            return await self._record_view(record)
+        tail = await self._tail(task_id, 0, 0)
+        if tail is None:
+            record = await self._ended_record(task_id)
+            return None if record is None else await self._record_view(record)
+
+        def read() -> ProtoJSON:
+            messages = self._store.messages(task_id, 0, tail.archived_messages)
+            events = self._store.events(task_id, 0, tail.archived_events)
+            context_id = str(
+                (tail.events[0].body if tail.events else {}).get("contextId")
+                or (tail.messages[0] if tail.messages else {}).get("contextId")
+                or ""
+            )
+            return self._assemble(
+                task_id,
+                context_id,
+                tail.status,
+                [*messages, *tail.messages],
+                [*events, *tail.events],
+            )
+
+        task = await anyio.to_thread.run_sync(read)
+        return TaskView(
+            task=task,
+            last_seq=tail.last_seq,
+            closed=tail.closed,
+            participants=tail.participants,
+            agent_id=tail.agent_id,
+            busy=tail.busy,
         )
-        return view if view is not None and view.agent_id == self.agent_id else None
+
+    def _light(self, task_id: str, tail: TaskTail) -> TaskView:
+        """The task's state without its history or artifacts (what a stream needs)."""
+        return TaskView(
+            task={"id": task_id, "status": tail.status},
+            last_seq=tail.last_seq,
+            closed=tail.closed,
+            participants=tail.participants,
+            agent_id=tail.agent_id,
+            busy=tail.busy,
+        )
+
+    async def restore(self, value: T) -> T:
+        """A view's or event's content with every stored part back in place (for clients)."""
+        return cast("T", await anyio.to_thread.run_sync(self._blobs.restore, value))
 
     async def events(self, task_id: str, after: int, participant: str | None) -> EventPage | None:
-        """Events after ``after`` without waiting, or None when this agent has no such task."""
+        """Events after ``after`` without waiting, and the task; None when this agent has no such
+        task for ``participant``."""
+        view = await self.view(task_id, participant)
+        if view is None:
+            return None
+        page = await self._events_after(task_id, after)
+        if page is None:
+            return EventPage(events=(), view=view)
+        return EventPage(events=page.events, view=view)
+
+    async def _events_after(self, task_id: str, after: int) -> EventPage | None:
         record = await self._record(task_id)
         if record is not None:
-            if not may_access(record.participants, participant):
-                return None
-            return EventPage(events=record.events[max(after, 0) :], view=_view_of(record))
-        if not await self._owner(task_id):
+            events = await anyio.to_thread.run_sync(
+                self._store.events, task_id, after, record.events
+            )
+            return EventPage(events=tuple(events), view=await self._record_view(record))
+        tail = await self._tail(task_id, after, 2**62)
+        if tail is None:
             return None
-        page = await self._query(
-            task_id, lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.events, after)
-        )
-        return page if page is not None and self._mine(page.view, participant) else None
+        archived: list[TaskEvent] = []
+        if after < tail.archived_events:
+            archived = await anyio.to_thread.run_sync(
+                self._store.events, task_id, after, tail.archived_events
+            )
+        return EventPage(events=(*archived, *tail.events), view=self._light(task_id, tail))
 
     async def follow(self, task_id: str, after: int, participant: str | None) -> EventPage:
         """Wait for events after ``after`` (or for the task to settle) and return them.
 
-        Polls the workflow's ``progress`` query, quickly at first and then less often while
-        nothing happens. The page's view carries the task's state, not its history.
+        Polls the workflow's ``tail`` query, quickly at first and then less often while nothing
+        happens. The page's view carries the task's state, not its history.
         """
         delay = _FOLLOW_FIRST_DELAY
         while True:
-            record = await self._record(task_id)
-            if record is not None:
-                if not may_access(record.participants, participant):
-                    raise TaskNotFoundError(f"task {task_id} not found")
-                return EventPage(events=record.events[max(after, 0) :], view=_view_of(record))
-            page = None
-            if await self._owner(task_id):
-                page = await self._query(
-                    task_id,
-                    lambda c: c.get_workflow_handle(task_id).query(TaskWorkflow.progress, after),
-                )
-            if page is None or self._mine(page.view, participant) is None:
+            page = await self._events_after(task_id, after)
+            if page is None or not may_access(page.view.participants, participant):
                 # Gone between two polls: its record may be on its way to the store.
                 ended = await self._ended_record(task_id)
                 if ended is None or not may_access(ended.participants, participant):
                     raise TaskNotFoundError(f"task {task_id} not found")
-                return EventPage(events=ended.events[max(after, 0) :], view=_view_of(ended))
+                view = await self._record_view(ended)
+                events = await anyio.to_thread.run_sync(
+                    self._store.events, task_id, after, ended.events
+                )
+                return EventPage(events=tuple(events), view=view)
             if page.events or page.view.settled:
                 return page
             await anyio.sleep(delay)
@@ -424,7 +614,8 @@ class TaskService:
                 offset=store_offset,
             )
         )
-        page.extend(_view_of(r) for r in records)
+        for record in records:
+            page.append(await self._record_view(record))
         total = len(running) + stored_total
         end = offset + len(page)
         return page, (_encode_token(end) if end < total else ""), total
@@ -483,7 +674,8 @@ class TaskService:
         return await anyio.to_thread.run_sync(self._store.get_meta, "last_heartbeat")
 
     async def cancel(self, task_id: str, participant: str | None) -> TaskView:
-        """Cancel a task and return it once it has ended (CANCELED).
+        """Cancel a task and return it once it has ended (CANCELED); the turn in flight, its model
+        request or tool call, is cancelled too.
 
         Raises ``TaskNotFoundError``, or ``TaskNotCancelableError`` when the task has already
         ended (also when it ends by itself while the cancel is on its way).
@@ -512,7 +704,7 @@ class TaskService:
             ) from None
         if record.state != "TASK_STATE_CANCELED":
             raise TaskNotCancelableError(f"task {task_id} ended before it could be canceled")
-        return _view_of(record)
+        return await self._record_view(record)
 
 
 def _retrieve_start_outcome(operation: WithStartWorkflowOperation[Any, Any]) -> None:
@@ -536,7 +728,7 @@ def _update_error(exc: WorkflowUpdateFailedError, task_id: str) -> Exception:
             return TaskClosedError(str(cause.message))
         if cause.type == "TaskNotFound":
             return TaskNotFoundError(f"task {task_id} not found")
-        if cause.type in ("MessageIdReused", "TaskFull"):
+        if cause.type == "MessageIdReused":
             return InvalidRequestValueError(str(cause.message))
     return exc
 

@@ -34,16 +34,17 @@ from harness_core.logs import AgentContextInterceptor
 from harness_core.pool import TemporalConnection
 from harness_core.workflows import HeartbeatWorkflow, TaskWorkflow
 
-__all__ = ["heartbeat_schedule_id", "run_worker", "sync_heartbeat_schedule"]
+__all__ = ["PASSTHROUGH", "heartbeat_schedule_id", "run_worker", "sync_heartbeat_schedule"]
 
 log = logging.getLogger("harness.worker")
 
-# Payload classes and their converter cross the sandbox unchanged: re-importing them per workflow run
-# would grow cattrs' caches without bound (shared/reference/temporal-latency.md).
+# Only the payload classes and their converter (with the libraries they are made of) cross the sandbox
+# unchanged: re-importing them per workflow run would grow cattrs' caches without bound
+# (shared/reference/temporal-latency.md). Everything else of harness_core is re-imported inside it, so
+# time, randomness or I/O in workflow code fails loudly instead of running unnoticed.
+PASSTHROUGH = ("harness_core.payloads", "harness_core.converter", "attrs", "cattrs")
 _RUNNER = SandboxedWorkflowRunner(
-    restrictions=SandboxRestrictions.default.with_passthrough_modules(
-        "harness_core", "attrs", "cattrs"
-    )
+    restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
 )
 
 

@@ -1,66 +1,130 @@
 """Durable tasks: one ``TaskWorkflow`` per A2A task (workflow id = task id), and the heartbeat.
 
-A message reaches a task through the ``deliver`` update (update-with-start for a new task). Messages are
-deduplicated by message id, and a closed task refuses new ones in the update's validator, so a refused
-message leaves no trace in history. Each turn is an activity that calls the agent's model. Every status
-change and artifact is appended to an event log kept in the workflow, which streaming follows through the
-``follow`` update and ``events`` query; progress message ids are ``<task id>:<semantic key>`` and the last
-one ``<task id>:final``, so a replay or retry never produces a second copy of a message. Cancel is a
-signal. When the task ends, its record goes to the agent's store before the workflow returns it.
+A message reaches a task through the ``deliver`` update (update-with-start for a new task, whose first
+message also travels in the start's input, so it is durable even if the worker dies before the update is
+accepted). Messages are deduplicated by id and content digest; a closed task refuses new ones in the
+validator, so a refused message leaves no trace in history. The update returns a small receipt.
+
+A turn is either one activity (a custom or built-in agent, given the run's messages and where the rest
+is) or, for the built-in LLM agent, a loop the workflow runs: one activity per model request and one per
+tool call, until the model answers or the turn's budget (steps, wall clock) is spent. The workflow owns
+the retries: each activity gets one attempt per schedule, and only a failure of the agent itself counts
+against the turn's attempts; a worker that stopped or died (its activity cancelled or timed out on
+heartbeats) is retried without counting, so restarts are never blamed on the model.
+
+Every status change and artifact is appended to the task's event log; progress message ids are
+``<task id>:<semantic key>`` and the last one ``<task id>:final``. What a run holds is bounded: when it
+passes ``RUN_MESSAGES`` or ``RUN_BYTES`` (or Temporal suggests it) and the task is idle, the run's
+messages and events are archived to the agent's store and the workflow continues as new, carrying only
+its state, so history grows linearly with the conversation. When the task ends, the last run is archived
+with the task's summary.
 
 Workflow code must be deterministic: time comes from ``workflow.now()``, and nothing here does I/O.
+Changes go behind ``workflow.patched`` (``docs/workflows.md``); ``tests/replay`` replays recorded
+histories.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
+import attrs
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    TimeoutError,
+    TimeoutType,
+)
 
 from harness_core.payloads import (
     SETTLED_STATES,
     TERMINAL_STATES,
-    ChatMessage,
-    EventPage,
+    Archive,
     Inbound,
+    ModelStep,
+    ModelStepInput,
     ProtoJSON,
     Receipt,
+    TaskCarry,
     TaskEvent,
     TaskRecord,
     TaskStart,
-    TaskView,
-    TurnInput,
-    TurnOutput,
+    TaskTail,
+    ToolCallInput,
+    ToolCallOutput,
+    ToolCallSpec,
+    TurnOutcome,
+    TurnRequest,
     may_access,
 )
 
 __all__ = ["HeartbeatWorkflow", "TaskWorkflow", "task_closed_message"]
 
-MODEL_TURN = "model_turn"
+RUN_TURN = "run_turn"
+MODEL_STEP = "model_step"
+TOOL_CALL = "tool_call"
+ARCHIVE = "archive"
 STORE_RECORD = "store_record"
 HEARTBEAT = "heartbeat"
 
 # The text of the validator's refusal; the HTTP layer recognises it to answer with a clear A2A error.
 CLOSED_TASK = "task is closed"
-#: The most user-message bytes one task holds (each also appears in the record's history).
-TASK_MESSAGES_BUDGET = 512 * 1024
-#: The most messages one task takes: each is an update, and Temporal refuses a workflow run's
-#: 2001st update (retries of a message are updates too, hence the margin).
-TASK_MESSAGES_LIMIT = 1000
-_TURN_RETRY = RetryPolicy(maximum_attempts=3, initial_interval=timedelta(milliseconds=200))
+#: A run continues as new once idle past this many messages or bytes of them (JSON, blobs by
+#: reference); it refuses further messages for a moment (``TaskBusy``, retried by the sender) at
+#: twice as many, which only a flood during one turn reaches.
+RUN_MESSAGES = 200
+RUN_BYTES = 512 * 1024
+#: Attempts of a turn (or a model request) that failed by itself; stops and crashes do not count.
+TURN_ATTEMPTS = 3
+#: A tool's attempts when it is idempotent (one otherwise).
+TOOL_ATTEMPTS = 3
+#: Attempts of a store write before the record stays in the workflow's result.
+STORE_ATTEMPTS = 5
+# Failure types that say the worker, not the agent, stopped the attempt.
+_WORKER_STOPPED = "WorkerStopped"
+_NO_RETRY = RetryPolicy(maximum_attempts=1)
+_HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 
 
 def task_closed_message(task_id: str, state: str) -> str:
     return f"{CLOSED_TASK}: task {task_id} is {state.removeprefix('TASK_STATE_').lower()}"
 
 
-def _text_of(message: ProtoJSON) -> str:
-    parts: list[dict[str, Any]] = message.get("parts") or []
-    texts = [str(p["text"]) for p in parts if "text" in p]
-    return "\n".join(texts)
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def _not_counted(error: BaseException) -> bool:
+    """The attempt was stopped by a worker stopping or dying, not by the agent: retry it freely."""
+    cause = error.__cause__ if isinstance(error, ActivityError) else error
+    if isinstance(cause, ApplicationError) and cause.type == _WORKER_STOPPED:
+        return True
+    if isinstance(cause, CancelledError):
+        return True
+    # A worker that dies stops heartbeating; a start-to-close timeout is the agent being slow.
+    return isinstance(cause, TimeoutError) and cause.type in (
+        TimeoutType.HEARTBEAT,
+        TimeoutType.SCHEDULE_TO_START,
+    )
+
+
+def _failure_type(error: BaseException) -> str:
+    cause = error.__cause__ if isinstance(error, ActivityError) else error
+    return cause.type or "" if isinstance(cause, ApplicationError) else ""
+
+
+def _retryable(error: BaseException) -> bool:
+    cause = error.__cause__ if isinstance(error, ActivityError) else error
+    return not (isinstance(cause, ApplicationError) and cause.non_retryable)
+
+
+def _text_message(text: str) -> tuple[ProtoJSON, ...]:
+    return ({"text": text},)
 
 
 @workflow.defn(name="TaskWorkflow")
@@ -69,50 +133,45 @@ class TaskWorkflow:
     def __init__(self, start: TaskStart) -> None:
         # Taken at construction so that an update delivered with the start already knows the task.
         self._start = start
-        self._state = "TASK_STATE_SUBMITTED"
-        self._status_message: ProtoJSON | None = None
-        self._history: list[ProtoJSON] = []
-        self._artifacts: list[ProtoJSON] = []
-        self._events: list[TaskEvent] = []
-        self._mailbox: list[Inbound] = []
-        self._messages: dict[str, ProtoJSON] = {}  # every accepted message, by id
-        self._refused: set[str] = set()  # accepted, then dropped because the task ended first
-        self._messages_bytes = 0  # JSON size of the accepted user messages
-        self._participants: list[str] = []
-        self._accepted = 0  # messages accepted so far
-        self._processed = 0  # messages a finished turn has seen (or the end has refused)
-        self._turns = 0
-        self._in_turn = False
-        self._cancel_requested = False
-        self._closed = False
-        self._timestamp = workflow.now().isoformat().replace("+00:00", "Z")
-
-    # -- the task as clients see it ---------------------------------------------------------------
-
-    def _task(self, *, full: bool = True) -> ProtoJSON:
-        status: ProtoJSON = {"state": self._state, "timestamp": self._timestamp}
-        if self._status_message is not None:
-            status["message"] = self._status_message
-        task: ProtoJSON = {
-            "id": self._start.task_id,
-            "contextId": self._start.context_id,
-            "status": status,
-        }
-        if full and self._history:
-            task["history"] = list(self._history)
-        if full and self._artifacts:
-            task["artifacts"] = list(self._artifacts)
-        return task
-
-    def _view(self, *, full: bool = True) -> TaskView:
-        return TaskView(
-            task=self._task(full=full),
-            last_seq=len(self._events),
-            closed=self._closed,
-            participants=tuple(self._participants),
-            agent_id=self._start.agent_id,
-            busy=self._busy(),
+        carry = start.carry
+        now = self._now()
+        self._status: ProtoJSON = (
+            dict(carry.status) if carry else {"state": "TASK_STATE_SUBMITTED", "timestamp": now}
         )
+        self._participants: list[str] = list(carry.participants) if carry else []
+        # Message id -> content digest, for this run and the one before it.
+        self._ids: dict[str, str] = dict(carry.recent_ids) if carry else {}
+        self._run_ids: list[tuple[str, str]] = []
+        self._archived_messages = carry.archived_messages if carry else 0
+        self._archived_events = carry.archived_events if carry else 0
+        self._turns = carry.turns if carry else 0
+        self._runs = (carry.runs if carry else 0) + 1
+        self._cancel_requested = carry.cancel_requested if carry else False
+        self._history: list[ProtoJSON] = []  # this run's messages
+        self._events: list[TaskEvent] = []  # this run's events
+        self._mailbox: list[Inbound] = []
+        self._senders: dict[str, str] = {}  # message id -> participant, for this run
+        self._refused: set[str] = set()  # accepted, then dropped because the task ended first
+        self._run_bytes = 0
+        self._accepted = 0  # messages accepted in this run
+        self._processed = 0  # of those, the ones a finished turn has seen (or the end refused)
+        self._in_turn = False
+        self._closing = False  # about to continue as new: new messages wait (TaskBusy)
+        self._closed = False
+        self._may_reply = False
+        self._reply: ProtoJSON | None = None  # a direct Message answered the first message
+        if start.first is not None:
+            self._accept(start.first)
+
+    # -- state --------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _now() -> str:
+        return workflow.now().isoformat().replace("+00:00", "Z")
+
+    @property
+    def _state(self) -> str:
+        return str(self._status.get("state", ""))
 
     def _busy(self) -> bool:
         """A turn runs, or a message waits for one."""
@@ -122,74 +181,190 @@ class TaskWorkflow:
         """Nothing to do, and the task rests in a state where a client stops waiting."""
         return not self._busy() and self._state in SETTLED_STATES
 
+    def _last_seq(self) -> int:
+        return self._archived_events + len(self._events)
+
+    def _event(self, kind: str, body: ProtoJSON) -> None:
+        body = {"taskId": self._start.task_id, "contextId": self._start.context_id, **body}
+        seq = self._last_seq() + 1
+        self._events.append(
+            TaskEvent(seq=seq, kind="status" if kind == "status" else "artifact", body=body)
+        )
+        self._run_bytes += _json_size(body)
+
     def _emit_status(self, state: str, message: ProtoJSON | None = None) -> None:
-        self._state = state
-        self._status_message = message
-        self._timestamp = workflow.now().isoformat().replace("+00:00", "Z")
-        status: ProtoJSON = {"state": state, "timestamp": self._timestamp}
+        status: ProtoJSON = {"state": state, "timestamp": self._now()}
         if message is not None:
             status["message"] = message
-        body: ProtoJSON = {
-            "taskId": self._start.task_id,
-            "contextId": self._start.context_id,
-            "status": status,
-        }
-        self._events.append(TaskEvent(seq=len(self._events) + 1, kind="status", body=body))
+        self._status = status
+        self._event("status", {"status": status})
 
-    def _emit_artifact(self, artifact: ProtoJSON) -> None:
-        self._artifacts.append(artifact)
-        body: ProtoJSON = {
-            "taskId": self._start.task_id,
-            "contextId": self._start.context_id,
-            "artifact": artifact,
-            "lastChunk": True,
-        }
-        self._events.append(TaskEvent(seq=len(self._events) + 1, kind="artifact", body=body))
-
-    def _agent_message(self, key: str, text: str) -> ProtoJSON:
+    def _agent_message(
+        self, key: str, parts: tuple[ProtoJSON, ...], *, in_history: bool = True
+    ) -> ProtoJSON:
         task_id = self._start.task_id
         message: ProtoJSON = {
             "messageId": f"{task_id}:{key}",
             "role": "ROLE_AGENT",
-            "parts": [{"text": text}],
+            "parts": list(parts),
             "taskId": task_id,
             "contextId": self._start.context_id,
         }
-        self._history.append(message)
+        if in_history:
+            self._history.append(message)
+            self._run_bytes += _json_size(message)
         return message
 
-    # -- handlers ---------------------------------------------------------------------------------
+    def _accept(self, inbound: Inbound) -> bool:
+        """Take a user message into the task (False: a retry of one it has)."""
+        message_id = str(inbound.message.get("messageId", ""))
+        if message_id in self._ids:
+            return False
+        message = {
+            **inbound.message,
+            "taskId": self._start.task_id,
+            "contextId": self._start.context_id,
+        }
+        self._ids[message_id] = inbound.digest
+        self._run_ids.append((message_id, inbound.digest))
+        if inbound.participant:
+            self._senders[message_id] = inbound.participant
+            if inbound.participant not in self._participants:
+                self._participants.append(inbound.participant)
+        # Idle: the message is next in the history. During a turn it waits for the next turn to
+        # take it, so the history stays in the order the model saw it.
+        self._mailbox.append(attrs.evolve(inbound, message=message))
+        if not self._in_turn:
+            self._history.append(message)
+        self._run_bytes += inbound.size
+        self._accepted += 1
+        return True
+
+    def _tail(self, after_event: int, after_message: int) -> TaskTail:
+        first_event = max(after_event - self._archived_events, 0)
+        first_message = max(after_message - self._archived_messages, 0)
+        return TaskTail(
+            status=self._status,
+            participants=tuple(self._participants),
+            agent_id=self._start.agent_id,
+            closed=self._closed,
+            busy=self._busy(),
+            archived_messages=self._archived_messages,
+            archived_events=self._archived_events,
+            messages=tuple(self._history[first_message:]),
+            events=tuple(self._events[first_event:]),
+            last_seq=self._last_seq(),
+        )
+
+    # -- the run ------------------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, start: TaskStart) -> TaskRecord:
         while True:
             await workflow.wait_condition(lambda: bool(self._mailbox) or self._cancel_requested)
             if self._cancel_requested:
-                self._emit_status("TASK_STATE_CANCELED", self._agent_message("final", "canceled"))
+                self._emit_status(
+                    "TASK_STATE_CANCELED", self._agent_message("final", _text_message("canceled"))
+                )
                 break
             await self._turn(start)
             if self._state in TERMINAL_STATES:
                 break
+            if not self._mailbox and self._run_is_full():
+                await self._continue_as_new(start)
         self._refuse_pending()
         self._closed = True
+        record = await self._store_final(start)
+        # Blocked senders wake on _closed; let their updates finish first.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return record
+
+    def _run_is_full(self) -> bool:
+        return (
+            self._accepted >= RUN_MESSAGES
+            or self._run_bytes >= RUN_BYTES
+            or workflow.info().is_continue_as_new_suggested()
+        )
+
+    def _archive(self, start: TaskStart) -> Archive:
+        return Archive(
+            task_id=start.task_id,
+            agent_id=start.agent_id,
+            context_id=start.context_id,
+            first_message=self._archived_messages,
+            messages=tuple(self._history),
+            events=tuple(self._events),
+            participants=tuple(self._participants),
+        )
+
+    async def _continue_as_new(self, start: TaskStart) -> None:
+        self._closing = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        try:
+            await workflow.execute_activity(
+                ARCHIVE,
+                self._archive(start),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=STORE_ATTEMPTS),
+            )
+        except ActivityError:
+            # The store refused; keep this run going and try again after the next turn.
+            workflow.logger.warning("task %s: archiving its run failed", start.task_id)
+            self._closing = False
+            return
+        carry = TaskCarry(
+            status=self._status,
+            participants=tuple(self._participants),
+            recent_ids=tuple(self._run_ids),
+            archived_messages=self._archived_messages + len(self._history),
+            archived_events=self._last_seq(),
+            turns=self._turns,
+            runs=self._runs,
+            cancel_requested=self._cancel_requested,
+        )
+        workflow.continue_as_new(
+            TaskStart(
+                task_id=start.task_id,
+                context_id=start.context_id,
+                agent_id=start.agent_id,
+                local_activity=start.local_activity,
+                turn_timeout=start.turn_timeout,
+                loop=start.loop,
+                max_steps=start.max_steps,
+                turn_seconds=start.turn_seconds,
+                carry=carry,
+            )
+        )
+
+    async def _store_final(self, start: TaskStart) -> TaskRecord:
+        archive = self._archive(start)
         record = TaskRecord(
             task_id=start.task_id,
             context_id=start.context_id,
             agent_id=start.agent_id,
             state=self._state,
-            task=self._task(),
-            events=tuple(self._events),
-            message_ids=tuple(m for m in self._messages if m not in self._refused),
+            status=self._status,
             participants=tuple(self._participants),
-            updated_at=self._timestamp,
+            updated_at=str(self._status.get("timestamp", self._now())),
+            messages=self._archived_messages + len(self._history),
+            events=self._last_seq(),
         )
-        await workflow.execute_local_activity(
-            STORE_RECORD,
-            record,
-            start_to_close_timeout=timedelta(seconds=30),
-        )
-        # Followers and blocked senders wake on _closed; let their updates finish first.
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        try:
+            await workflow.execute_activity(
+                STORE_RECORD,
+                args=[archive, record],
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=STORE_ATTEMPTS,
+                    non_retryable_error_types=["WrongAgent", "StoreFull"],
+                ),
+            )
+        except ActivityError:
+            workflow.logger.error(
+                "task %s: its record could not be stored; it stays in the workflow's result",
+                start.task_id,
+            )
+            return attrs.evolve(record, unstored=archive)
         return record
 
     def _refuse_pending(self) -> None:
@@ -201,6 +376,8 @@ class TaskWorkflow:
         self._processed += len(self._mailbox)
         self._mailbox.clear()
 
+    # -- turns --------------------------------------------------------------------------------------
+
     async def _turn(self, start: TaskStart) -> None:
         self._in_turn = True
         taken = len(self._mailbox)
@@ -208,114 +385,239 @@ class TaskWorkflow:
         # for the turn; it is worth it only when every sender is waiting for the answer anyway.
         local = start.local_activity and all(inbound.wait for inbound in self._mailbox)
         in_history = {m.get("messageId") for m in self._history}
+        new_ids: list[str] = []
         for inbound in self._mailbox:
-            message_id = inbound.message.get("messageId")
+            message_id = str(inbound.message.get("messageId", ""))
+            new_ids.append(message_id)
             if message_id not in in_history:
-                self._history.append(self._messages[str(message_id)])
+                self._history.append(inbound.message)
         self._mailbox.clear()
         self._turns += 1
         if self._state != "TASK_STATE_WORKING":
             self._emit_status("TASK_STATE_WORKING")
-        turn = TurnInput(
+        request = TurnRequest(
             agent_id=start.agent_id,
             task_id=start.task_id,
             context_id=start.context_id,
             number=self._turns,
-            history=tuple(self._chat_history()),
+            archived=self._archived_messages,
+            messages=tuple(self._history),
+            new_ids=tuple(new_ids),
+            senders=tuple(self._senders.items()),
+            may_reply=self._turns == 1 and self._archived_events == 0 and len(self._events) <= 1,
         )
-        timeout = timedelta(seconds=start.turn_timeout)
-        if local:
-            handle = workflow.start_local_activity(
-                MODEL_TURN,
-                turn,
-                result_type=TurnOutput,
-                start_to_close_timeout=timeout,
-                retry_policy=_TURN_RETRY,
-            )
-        else:
-            handle = workflow.start_activity(
-                MODEL_TURN,
-                turn,
-                result_type=TurnOutput,
-                start_to_close_timeout=timeout,
-                heartbeat_timeout=timedelta(seconds=10),
-                retry_policy=_TURN_RETRY,
-            )
-        await workflow.wait_condition(lambda: handle.done() or self._cancel_requested)
+        self._may_reply = request.may_reply
         try:
-            if self._cancel_requested and not handle.done():
-                handle.cancel()
-                self._emit_status("TASK_STATE_CANCELED", self._agent_message("final", "canceled"))
-                return
-            try:
-                output = await handle
-            except (ActivityError, ApplicationError):
-                # A local activity's final failure arrives as the ApplicationError itself.
-                workflow.logger.warning(
-                    "model turn %d of task %s failed", self._turns, start.task_id
+            if start.loop == "llm":
+                outcome = await self._llm_turn(start, request, local)
+            else:
+                try:
+                    outcome = await self._attempts(
+                        RUN_TURN, request, TurnOutcome, local=local, attempts=TURN_ATTEMPTS
+                    )
+                except (ActivityError, ApplicationError) as error:
+                    workflow.logger.warning(
+                        "turn %d of task %s failed", self._turns, start.task_id
+                    )
+                    outcome = self._model_failed(error)
+            if outcome is None:
+                self._emit_status(
+                    "TASK_STATE_CANCELED", self._agent_message("final", _text_message("canceled"))
                 )
-                output = TurnOutput("the agent could not complete this task", action="fail")
-            self._apply(output)
+                return
+            self._apply(outcome)
         finally:
             self._processed += taken
             self._in_turn = False
 
-    def _apply(self, output: TurnOutput) -> None:
-        number = self._turns
-        if output.action == "fail":
-            self._emit_status("TASK_STATE_FAILED", self._agent_message("final", output.text))
-        elif self._mailbox:
-            # Messages arrived during this turn; the model has not seen them, so the task does
-            # not settle: its answer is recorded and the next turn takes them.
-            key = "ask" if output.action == "ask" else "answer"
-            self._agent_message(f"{key}:{number}", output.text)
-            if output.action == "answer":
-                self._emit_artifact(self._result(number, output.text))
-        elif output.action == "ask":
-            message = self._agent_message(f"ask:{number}", output.text)
-            self._emit_status("TASK_STATE_INPUT_REQUIRED", message)
-        else:
-            self._emit_artifact(self._result(number, output.text))
-            self._emit_status("TASK_STATE_COMPLETED", self._agent_message("final", output.text))
+    async def _attempts(
+        self,
+        activity: str,
+        arg: Any,
+        result_type: type[Any],
+        *,
+        local: bool,
+        attempts: int,
+        seconds: float | None = None,
+        free_retries: bool = True,
+    ) -> Any:
+        """Run an activity until it succeeds, its attempts are spent, or the task is canceled (None).
 
-    def _result(self, number: int, text: str) -> ProtoJSON:
-        return {
-            "artifactId": f"{self._start.task_id}:result:{number}",
-            "name": "result",
-            "parts": [{"text": text}],
-        }
-
-    def _chat_history(self) -> list[ChatMessage]:
-        return [
-            ChatMessage(
-                role="agent" if m.get("role") == "ROLE_AGENT" else "user",
-                text=_text_of(m),
-                message_id=str(m.get("messageId", "")),
+        Attempts stopped by a worker (shutdown, crash) are retried without counting. Raises the
+        last ``ActivityError`` when the attempts are spent or the failure is not retryable.
+        """
+        failures = 0
+        delay = 0.2
+        limit = timedelta(seconds=seconds if seconds is not None else self._start.turn_timeout)
+        while True:
+            if local:
+                handle = workflow.start_local_activity(
+                    activity,
+                    arg,
+                    result_type=result_type,
+                    start_to_close_timeout=limit,
+                    retry_policy=_NO_RETRY,
+                )
+            else:
+                handle = workflow.start_activity(
+                    activity,
+                    arg,
+                    result_type=result_type,
+                    start_to_close_timeout=limit,
+                    heartbeat_timeout=_HEARTBEAT_TIMEOUT,
+                    retry_policy=_NO_RETRY,
+                )
+            await workflow.wait_condition(
+                lambda handle=handle: handle.done() or self._cancel_requested
             )
-            for m in self._history
-        ]
+            if self._cancel_requested and not handle.done():
+                # Reaches the activity through its heartbeat: the model call or tool in flight
+                # is cancelled.
+                handle.cancel()
+                return None
+            try:
+                return await handle
+            except (ActivityError, ApplicationError) as error:
+                # A local activity's failure arrives as the ApplicationError itself.
+                if free_retries and _not_counted(error):
+                    workflow.logger.info(
+                        "task %s: %s stopped by its worker; retrying", self._start.task_id, activity
+                    )
+                    await workflow.sleep(timedelta(seconds=0.5))
+                    continue
+                failures += 1
+                if failures >= attempts or not _retryable(error):
+                    raise
+                await workflow.sleep(
+                    timedelta(seconds=delay * (0.8 + 0.4 * workflow.random().random()))
+                )
+                delay = min(delay * 2, 10.0)
+
+    async def _llm_turn(
+        self, start: TaskStart, request: TurnRequest, local: bool
+    ) -> TurnOutcome | None:
+        """The model loop: request, call the tools it asks for, until it answers or the budget ends."""
+        exchange: list[Any] = []
+        emitted: list[tuple[str, ProtoJSON]] = []
+        started = workflow.now()
+        budget = timedelta(seconds=start.turn_seconds)
+        step = 0
+        while True:
+            step += 1
+            final = step >= start.max_steps or workflow.now() - started >= budget
+            try:
+                answer = await self._attempts(
+                    MODEL_STEP,
+                    ModelStepInput(turn=request, step=step, exchange=tuple(exchange), final=final),
+                    ModelStep,
+                    # Streams follow the model's text live only when the workflow is free to
+                    # answer their reads.
+                    local=local,
+                    attempts=TURN_ATTEMPTS,
+                )
+            except (ActivityError, ApplicationError) as error:
+                return self._model_failed(error)
+            if answer is None:
+                return None
+            emitted.extend(answer.emitted)
+            exchange.append(answer.response)
+            if not answer.tool_calls or final:
+                return TurnOutcome(
+                    kind="complete", message=_text_message(answer.text), emitted=tuple(emitted)
+                )
+            results: list[Any] = []
+            for spec in answer.tool_calls:
+                output = await self._tool(start, spec)
+                if output is None:
+                    return None
+                results.append(
+                    {
+                        "tool_call_id": spec.call_id,
+                        "name": spec.name,
+                        "text": output.text,
+                        "failed": output.failed,
+                    }
+                )
+            exchange.append({"tool_results": results})
+
+    async def _tool(self, start: TaskStart, spec: ToolCallSpec) -> ToolCallOutput | None:
+        call = ToolCallInput(
+            agent_id=start.agent_id,
+            task_id=start.task_id,
+            call_id=spec.call_id,
+            name=spec.name,
+            arguments=spec.arguments,
+        )
+        try:
+            return await self._attempts(
+                TOOL_CALL,
+                call,
+                ToolCallOutput,
+                local=False,
+                attempts=TOOL_ATTEMPTS if spec.idempotent else 1,
+                seconds=spec.timeout,
+                # A tool that must not run twice is not run again after a worker stopped it: it
+                # may have taken effect.
+                free_retries=spec.idempotent,
+            )
+        except (ActivityError, ApplicationError) as error:
+            # The model hears that the tool failed and decides what to do; nothing internal.
+            kind = _failure_type(error) or "error"
+            if _not_counted(error):
+                kind = "interrupted; it may or may not have taken effect"
+            return ToolCallOutput(f"the tool {spec.name} failed ({kind})", failed=True)
+
+    def _model_failed(self, error: BaseException) -> TurnOutcome:
+        cause = error.__cause__ if isinstance(error, ActivityError) else error
+        text = "the agent could not complete this task"
+        if isinstance(cause, ApplicationError) and cause.type == "ModelRefused":
+            # Our own message (the activity classified the provider's answer), safe to show.
+            text = f"{text}: {cause.message}"
+        return TurnOutcome(kind="fail", message=_text_message(text))
+
+    def _apply(self, outcome: TurnOutcome) -> None:
+        number = self._turns
+        for kind, body in outcome.emitted:
+            if kind == "status":
+                self._status = dict(body.get("status", self._status))
+            self._event(kind, body)
+        for artifact in outcome.artifacts:
+            self._event("artifact", {"artifact": artifact, "lastChunk": True})
+        message = outcome.message
+        if outcome.kind == "fail":
+            self._emit_status(
+                "TASK_STATE_FAILED",
+                self._agent_message("final", message or _text_message("the task failed")),
+            )
+        elif outcome.kind == "reject":
+            self._emit_status("TASK_STATE_REJECTED", self._agent_message("final", message))
+        elif self._mailbox:
+            # Messages arrived during this turn; the agent has not seen them, so the task does
+            # not settle: its answer is recorded and the next turn takes them.
+            if message:
+                self._agent_message(f"answer:{number}", message)
+        elif outcome.kind == "ask":
+            self._emit_status(
+                "TASK_STATE_INPUT_REQUIRED", self._agent_message(f"ask:{number}", message)
+            )
+        elif outcome.kind == "auth":
+            self._emit_status(
+                "TASK_STATE_AUTH_REQUIRED", self._agent_message(f"auth:{number}", message)
+            )
+        else:
+            final = self._agent_message("final", message) if message else None
+            self._emit_status("TASK_STATE_COMPLETED", final)
+            direct = outcome.kind == "reply" and self._may_reply and not outcome.emitted
+            if direct and final is not None and not outcome.artifacts:
+                self._reply = final
+
+    # -- handlers -----------------------------------------------------------------------------------
 
     @workflow.update
     async def deliver(self, inbound: Inbound) -> Receipt:
         message_id = str(inbound.message.get("messageId", ""))
-        duplicate = message_id in self._messages
-        cursor = len(self._events)
-        if not duplicate:
-            message = {
-                **inbound.message,
-                "taskId": self._start.task_id,
-                "contextId": self._start.context_id,
-            }
-            self._messages[message_id] = message
-            self._messages_bytes += inbound.size
-            if inbound.participant and inbound.participant not in self._participants:
-                self._participants.append(inbound.participant)
-            if not self._in_turn:
-                # Idle: the message is next in the history. During a turn it waits for the next
-                # turn to take it, so the history stays in the order the model saw it.
-                self._history.append(message)
-            self._mailbox.append(inbound)
-            self._accepted += 1
+        cursor = self._last_seq()
+        duplicate = not self._accept(inbound)
         mine = self._accepted
         if inbound.wait:
             await workflow.wait_condition(
@@ -327,16 +629,26 @@ class TaskWorkflow:
                 type="TaskClosed",
                 non_retryable=True,
             )
-        return Receipt(duplicate=duplicate, cursor=cursor, view=self._view())
+        return Receipt(
+            duplicate=duplicate,
+            cursor=cursor,
+            status=self._status,
+            closed=self._closed,
+            busy=self._busy(),
+            reply=self._reply,
+        )
 
     @deliver.validator
     def _check_delivery(self, inbound: Inbound) -> None:
         if inbound.agent_id != self._start.agent_id:
             # Another agent's task reads as not found (and is left unchanged).
             raise ApplicationError("task not found", type="TaskNotFound", non_retryable=True)
-        if self._messages and not may_access(self._participants, inbound.participant):
-            # A participant who is not on the task reads it as not found (the first message,
-            # delivered with the start, is what puts its sender on the task).
+        first = self._start.first
+        first_id = first.message.get("messageId") if first is not None else None
+        owner_only = bool(self._ids) and inbound.message.get("messageId") != first_id
+        if owner_only and not may_access(self._participants, inbound.participant):
+            # A participant who is not on the task reads it as not found (the first message
+            # is what puts its sender on the task).
             raise ApplicationError("task not found", type="TaskNotFound", non_retryable=True)
         message_id = str(inbound.message.get("messageId", ""))
         if message_id.startswith(f"{self._start.task_id}:"):
@@ -345,9 +657,9 @@ class TaskWorkflow:
                 type="MessageIdReused",
                 non_retryable=True,
             )
-        known = self._messages.get(message_id)
+        known = self._ids.get(message_id)
         if known is not None:
-            if known.get("parts") != inbound.message.get("parts"):
+            if known != inbound.digest:
                 raise ApplicationError(
                     f"message id {message_id} was already used for another message",
                     type="MessageIdReused",
@@ -360,34 +672,18 @@ class TaskWorkflow:
                 type="TaskClosed",
                 non_retryable=True,
             )
-        # The task's record (history, artifacts, events) travels through Temporal, whose
-        # payloads stop at 2 MB; refuse the message that would take the task past its budget.
-        size = self._messages_bytes + inbound.size
-        if size > TASK_MESSAGES_BUDGET or len(self._messages) >= TASK_MESSAGES_LIMIT:
-            raise ApplicationError(
-                f"task {self._start.task_id} is full: it holds at most {TASK_MESSAGES_LIMIT} "
-                f"messages and {TASK_MESSAGES_BUDGET} bytes of them; start a new task",
-                type="TaskFull",
-                non_retryable=True,
-            )
+        if self._closing or self._accepted >= 2 * RUN_MESSAGES or self._run_bytes >= 2 * RUN_BYTES:
+            # The run is archiving itself; the sender retries in a moment, on the next run.
+            raise ApplicationError("task is busy; retry", type="TaskBusy")
 
     @workflow.query
-    def events(self, after: int) -> EventPage:
-        """Events after ``after``, and the whole task."""
-        return EventPage(events=tuple(self._events[max(after, 0) :]), view=self._view())
+    def tail(self, after_event: int, after_message: int) -> TaskTail:
+        """The task's status, and this run's messages and events after the given positions.
 
-    @workflow.query
-    def progress(self, after: int) -> EventPage:
-        """Events after ``after``, and the task's state without its history or artifacts.
-
-        Streams poll this (a query is neither written to history nor counted against the
-        workflow's update limits, which a long stream of updates would exhaust).
+        Streams and reads use this (a query is neither written to history nor counted against the
+        workflow's update limits).
         """
-        return EventPage(events=tuple(self._events[max(after, 0) :]), view=self._view(full=False))
-
-    @workflow.query
-    def view(self) -> TaskView:
-        return self._view()
+        return self._tail(after_event, after_message)
 
     @workflow.signal
     def cancel(self) -> None:

@@ -148,7 +148,7 @@ async def test_list_tasks_shows_running_and_ended_tasks_filtered_by_context(make
         gate.release()
         done = await send_blocking(client, user_message("first"))
         held = Gate()
-        harness.model.gate = held  # the next turn is held: its task stays running
+        harness.agent.gate = held  # pyright: ignore[reportAttributeAccessIssue]  # the next turn is held: its task stays running
         running = await send_immediately(client, user_message("second"))
         await held.wait_entered()
         listed = await client.list_tasks(ListTasksRequest())
@@ -387,10 +387,15 @@ async def test_a_message_id_reused_for_another_message_is_refused(make_harness):
     async with serving(harness) as url, a2a_client(url, streaming=False) as client:
         first = await send_blocking(client, user_message("original", message_id="m-reused"))
         with pytest.raises(InvalidParamsError) as refused:
-            await send_blocking(client, user_message("different", message_id="m-reused"))
+            await send_blocking(
+                client, user_message("different", message_id="m-reused", task_id=first.id)
+            )
         after = await client.get_task(GetTaskRequest(id=first.id))
+        # Without a task id, the same id with other content is another first message.
+        other = await send_blocking(client, user_message("different", message_id="m-reused"))
     assert "already used for another message" in str(refused.value)
     assert [m.parts[0].text for m in after.history] == ["original", "ok"]
+    assert other.id != first.id
 
 
 async def test_subscribe_to_a_running_task_follows_it_to_the_end(make_harness):

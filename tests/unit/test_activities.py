@@ -10,7 +10,8 @@ from temporalio.testing import ActivityEnvironment
 
 from harness_core import ScriptedModel
 from harness_core.activities import AgentActivities
-from harness_core.payloads import ChatMessage, TaskRecord, TurnInput
+from harness_core.blobs import BlobStore
+from harness_core.payloads import Archive, TaskRecord, TurnRequest
 from harness_core.store import TaskStore
 
 pytestmark = pytest.mark.anyio
@@ -21,13 +22,15 @@ def anyio_backend() -> str:
     return "asyncio"  # activities run on Temporal's asyncio loop
 
 
-def turn(agent_id: str) -> TurnInput:
-    return TurnInput(
+def turn(agent_id: str) -> TurnRequest:
+    return TurnRequest(
         agent_id=agent_id,
         task_id="t",
         context_id="c",
         number=1,
-        history=(ChatMessage(role="user", text="hi", message_id="m"),),
+        archived=0,
+        messages=({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "hi"}]},),
+        new_ids=("m",),
     )
 
 
@@ -36,29 +39,31 @@ async def test_a_turn_of_another_agent_is_refused_and_never_reaches_the_model(
 ) -> None:
     model = ScriptedModel(["beta's answer"])
     store = TaskStore(tmp_path / "beta.sqlite3")
-    activities = AgentActivities("beta", model, store)
+    activities = AgentActivities("beta", model, store, BlobStore(tmp_path / "blobs"))
     env = ActivityEnvironment()
     try:
         with pytest.raises(
             ApplicationError, match="agent 'alpha' reached the worker of agent 'beta'"
         ):
-            await env.run(activities.model_turn, turn("alpha"))
-        own = await env.run(activities.model_turn, turn("beta"))
+            await env.run(activities.run_turn, turn("alpha"))
+        own = await env.run(activities.run_turn, turn("beta"))
         record = TaskRecord(
             task_id="t",
             context_id="c",
             agent_id="alpha",
             state="TASK_STATE_COMPLETED",
-            task={},
-            events=(),
-            message_ids=(),
+            status={"state": "TASK_STATE_COMPLETED"},
             participants=(),
             updated_at="2026-01-01T00:00:00Z",
+            messages=0,
+            events=0,
         )
+        run = Archive("t", "alpha", "c", 0, (), (), ())
         with pytest.raises(ApplicationError, match="reached the worker of agent"):
-            env.run(activities.store_record, record)
+            env.run(activities.store_record, run, record)
         assert store.get("t") is None
     finally:
         store.close()
-    assert own.text == "beta's answer"
+    assert own.kind == "complete"
+    assert own.message == ({"text": "beta's answer"},)
     assert len(model.turns) == 1

@@ -6,10 +6,27 @@ import json
 import sqlite3
 from pathlib import Path
 
-from harness_core.converter import data_converter, payload_converter
-from harness_core.payloads import Inbound, TaskEvent, TaskRecord, TurnOutput, may_access
-from harness_core.store import TaskStore
+from harness_core.converter import data_converter
+from harness_core.payloads import Archive, Inbound, TaskEvent, TaskRecord, TurnOutcome, may_access
+from harness_core.store import TaskStore, content_digest
 from harness_core.tasks import derive_task_id
+
+
+class _Store(TaskStore):
+    def put(self, record: TaskRecord) -> None:
+        self.store_final(archive(record), record)
+
+
+def archive(record: TaskRecord) -> Archive:
+    return Archive(
+        task_id=record.task_id,
+        agent_id=record.agent_id,
+        context_id=record.context_id,
+        first_message=0,
+        messages=({"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},),
+        events=(TaskEvent(seq=1, kind="status", body={"taskId": record.task_id}),),
+        participants=record.participants,
+    )
 
 
 def record(
@@ -25,37 +42,41 @@ def record(
         context_id=context,
         agent_id="agent",
         state=state,
-        task={"id": task_id, "contextId": context, "status": {"state": state}},
-        events=(TaskEvent(seq=1, kind="status", body={"taskId": task_id}),),
-        message_ids=("m1",),
+        status={"state": state},
         participants=participants,
         updated_at=at,
+        messages=1,
+        events=1,
     )
 
 
 def test_payloads_round_trip_through_the_temporal_converter() -> None:
     values = [
         Inbound(message={"messageId": "m", "parts": [{"text": "hi"}]}, participant="p", wait=True),
-        TurnOutput("which city?", action="ask"),
+        TurnOutcome(kind="ask", message=({"text": "which city?"},)),
         record("t1"),
     ]
     converter = data_converter.payload_converter
     payloads = converter.to_payloads(values)
     assert [p.metadata["encoding"] for p in payloads] == [b"json/plain"] * 3
-    assert converter.from_payloads(payloads, [Inbound, TurnOutput, TaskRecord]) == values
+    assert converter.from_payloads(payloads, [Inbound, TurnOutcome, TaskRecord]) == values
 
 
 def test_a_retried_first_message_derives_the_same_task_id_and_another_message_does_not() -> None:
-    first = derive_task_id("billing", "alice", "m-1")
-    assert derive_task_id("billing", "alice", "m-1") == first
-    assert derive_task_id("billing", "bob", "m-1") != first
-    assert derive_task_id("support", "alice", "m-1") != first
-    assert derive_task_id("billing", "alice", "m-2") != first
+    hello = content_digest({"parts": [{"text": "hello"}]})
+    first = derive_task_id("billing", "alice", "m-1", hello)
+    assert derive_task_id("billing", "alice", "m-1", hello) == first
+    assert derive_task_id("billing", "bob", "m-1", hello) != first
+    assert derive_task_id("support", "alice", "m-1", hello) != first
+    assert derive_task_id("billing", "alice", "m-2", hello) != first
+    # The same message id with other content is another task (the TCK reuses ids).
+    other = content_digest({"parts": [{"text": "other"}]})
+    assert derive_task_id("billing", "alice", "m-1", other) != first
 
 
 def test_the_store_keeps_records_across_reopening_and_lists_newest_first(tmp_path: Path) -> None:
     path = tmp_path / "agent.sqlite3"
-    store = TaskStore(path)
+    store = _Store(path)
     store.put(record("old", at="2026-01-01T00:00:00Z"))
     store.put(record("new", context="other", at="2026-01-02T00:00:00Z"))
     store.put(record("failed", state="TASK_STATE_FAILED", at="2026-01-03T00:00:00Z"))
@@ -64,6 +85,8 @@ def test_the_store_keeps_records_across_reopening_and_lists_newest_first(tmp_pat
     reopened = TaskStore(path)
     try:
         assert reopened.get("old") == record("old", at="2026-01-01T00:00:00Z")
+        assert reopened.messages("old", 0, 1) == list(archive(record("old")).messages)
+        assert [e.seq for e in reopened.events("old", 0)] == [1]
         assert reopened.get("missing") is None
         everything, total = reopened.list(participant="alice")
         assert [r.task_id for r in everything] == ["failed", "new", "old"]
@@ -91,7 +114,7 @@ def test_the_access_policy_admits_members_and_anonymous_callers_to_anonymous_tas
 
 
 def test_the_store_lists_only_the_tasks_a_participant_is_on(tmp_path: Path) -> None:
-    store = TaskStore(tmp_path / "agent.sqlite3")
+    store = _Store(tmp_path / "agent.sqlite3")
     try:
         store.put(record("alices", participants=("alice",)))
         store.put(record("shared", participants=("alice", "bob"), at="2026-01-02T00:00:00Z"))
@@ -112,17 +135,26 @@ def test_a_store_from_before_the_participants_table_is_migrated_on_open(tmp_path
         "CREATE TABLE tasks (task_id TEXT PRIMARY KEY, context_id TEXT NOT NULL, "
         "agent_id TEXT NOT NULL, state TEXT NOT NULL, updated_at TEXT NOT NULL, record TEXT NOT NULL)"
     )
-    old = record("old", participants=("alice",))
+    # A version-0 record held the whole task: history, artifacts and events.
+    old = {
+        "task_id": "old",
+        "context_id": "ctx",
+        "agent_id": "agent",
+        "state": "TASK_STATE_COMPLETED",
+        "task": {
+            "id": "old",
+            "contextId": "ctx",
+            "status": {"state": "TASK_STATE_COMPLETED"},
+            "history": [{"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}],
+        },
+        "events": [{"seq": 1, "kind": "status", "body": {"taskId": "old"}}],
+        "message_ids": ["m1"],
+        "participants": ["alice"],
+        "updated_at": "2026-01-01T00:00:00Z",
+    }
     db.execute(
         "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?)",
-        (
-            "old",
-            "ctx",
-            "agent",
-            old.state,
-            old.updated_at,
-            json.dumps(payload_converter.unstructure(old)),
-        ),
+        ("old", "ctx", "agent", old["state"], old["updated_at"], json.dumps(old)),
     )
     db.commit()
     db.close()
@@ -131,5 +163,9 @@ def test_a_store_from_before_the_participants_table_is_migrated_on_open(tmp_path
     try:
         assert [r.task_id for r in store.list(participant="alice")[0]] == ["old"]
         assert store.list(participant=None) == ([], 0)
+        migrated = store.get("old")
+        assert migrated is not None and (migrated.messages, migrated.events) == (1, 1)
+        assert store.messages("old", 0, 1)[0]["parts"] == [{"text": "hi"}]
+        assert store.message_digest("old", "m1") == content_digest({"parts": [{"text": "hi"}]})
     finally:
         store.close()

@@ -1,0 +1,73 @@
+"""The agent a ``[model]`` section describes: echo, scripted, a Python factory, or a
+model server (OpenAI Chat Completions or Anthropic) driven by the workflow's LLM loop."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from harness_core.agents.loop import ModelLoop
+from harness_core.agents.turn import Agent
+from harness_core.config import Settings
+from harness_core.errors import ConfigError
+from harness_core.model import EchoModel, ScriptedModel, as_agent
+
+__all__ = ["agent_from_config", "model_loop_from_config"]
+
+
+def _import(spec: str, key: str, label: str) -> Any:
+    module_name, _, attribute = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{label}: '{key}' = {spec!r}: cannot import {module_name}: {exc}"
+        ) from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ConfigError(
+            f"{label}: '{key}' = {spec!r}: {module_name} has no {attribute}"
+        ) from None
+
+
+def agent_from_config(settings: Settings) -> Agent | None:
+    """The turn agent of ``[model]``, or None when the workflow runs an LLM loop instead."""
+    model = settings.model
+    label = str(settings.source) if settings.source is not None else "<settings>"
+    if model.kind == "scripted":
+        return ScriptedModel(model.replies, delay=model.delay)
+    if model.kind == "echo":
+        return EchoModel(delay=model.delay)
+    if model.kind == "python":
+        factory = _import(str(model.factory), "model.factory", label)
+        try:
+            made = factory()
+            return as_agent(made)
+        except TypeError as exc:
+            raise ConfigError(f"{label}: 'model.factory' = {model.factory!r}: {exc}") from None
+    return None
+
+
+def model_loop_from_config(settings: Settings) -> ModelLoop | None:
+    """The model server and tools of ``[model]`` (kind openai or anthropic), else None."""
+    model = settings.model
+    if not model.is_llm:
+        return None
+    label = str(settings.source) if settings.source is not None else "<settings>"
+    try:
+        return ModelLoop(
+            kind=model.kind,
+            name=str(model.name),
+            base_url=model.base_url,
+            api_key=settings.model_api_key(),
+            system=model.system,
+            tools=model.tools,
+        )
+    except ImportError as exc:
+        raise ConfigError(
+            f'{label}: model.kind = "{model.kind}" needs the models extra: '
+            f"pip install 'harness-runtime[models]' ({exc})"
+        ) from None
+    except ValueError as exc:
+        raise ConfigError(f"{label}: 'model.tools': {exc}") from None

@@ -1,0 +1,136 @@
+"""The built-in LLM agent's steps: one model request (``model_step``) and one tool call (``tool_call``).
+
+The workflow runs the loop (``TaskWorkflow._llm_turn``); these are what its activities call. A model
+request is built from the turn's messages (the task's history, files included) and the loop's own
+exchange this turn (earlier responses and tool results, as pydantic-ai JSON that the workflow carries
+without reading). The model's text streams into the turn's response artifact as it arrives. Provider
+failures are classified (``harness_core.agents.llm``): a rate limit, timeout or 5xx is retried by the
+workflow with backoff; a refused key or request fails the turn at once, with our message, never the
+provider's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from temporalio.exceptions import ApplicationError
+
+from harness_core.agents.context import ActivityTurnContext
+from harness_core.agents.turn import TurnMessage
+from harness_core.payloads import (
+    ModelStep,
+    ModelStepInput,
+    ToolCallInput,
+    ToolCallOutput,
+    ToolCallSpec,
+)
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model as PaiModel
+
+    from harness_core.agents.tools import LoadedTool
+
+__all__ = ["ModelLoop"]
+
+
+class ModelLoop:
+    """Model requests and tool calls for one agent: its model server, system prompt and tools.
+
+    Building it imports pydantic-ai (the ``models`` extra) and every configured tool, so a missing
+    package or a wrong tool path fails when the agent starts, not on its first turn.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        name: str,
+        base_url: str | None,
+        api_key: str | None,
+        system: str | None,
+        tools: Sequence[str] = (),
+    ) -> None:
+        from harness_core.agents import llm
+        from harness_core.agents.tools import load_tool
+
+        self._llm = llm
+        self._model: PaiModel = llm.build_model(
+            cast("Any", kind), name, base_url=base_url, api_key=api_key
+        )
+        self._system = system
+        loaded = [load_tool(spec) for spec in tools]
+        self._tools: dict[str, LoadedTool] = {tool.name: tool for tool in loaded}
+
+    async def aclose(self) -> None:
+        await self._llm.close_model(self._model)
+
+    async def step(
+        self, history: tuple[TurnMessage, ...], step: ModelStepInput, ctx: ActivityTurnContext
+    ) -> ModelStep:
+        llm = self._llm
+        messages = llm.to_model_messages(history, system=self._system)
+        for item in step.exchange:
+            if isinstance(item, dict) and "tool_results" in item:
+                results = cast("list[dict[str, Any]]", cast("dict[str, Any]", item)["tool_results"])
+                messages.append(
+                    llm.tool_return_message(
+                        [
+                            (
+                                llm.ToolCall(str(r["tool_call_id"]), str(r["name"]), "{}"),
+                                str(r["text"]),
+                                bool(r["failed"]),
+                            )
+                            for r in results
+                        ]
+                    )
+                )
+            else:
+                messages.extend(llm.load_messages([item]))
+        tools = [] if step.final else [tool.definition for tool in self._tools.values()]
+        try:
+            response = await llm.request(self._model, messages, tools, on_text_delta=ctx.delta)
+        except llm.ModelCallError as error:
+            raise ApplicationError(
+                error.message,
+                type="ModelRefused" if not error.retryable else "ModelUnavailable",
+                non_retryable=not error.retryable,
+            ) from None
+        text, calls = llm.response_summary(response)
+        ctx.finish()
+        specs: list[ToolCallSpec] = []
+        for call in calls:
+            tool = self._tools.get(call.name)
+            specs.append(
+                ToolCallSpec(
+                    call_id=call.tool_call_id,
+                    name=call.name,
+                    arguments=call.args_json,
+                    idempotent=tool.idempotent if tool is not None else True,
+                    timeout=tool.timeout if tool is not None else 60.0,
+                )
+            )
+        return ModelStep(
+            text=text,
+            tool_calls=tuple(specs),
+            response=llm.dump_messages([response])[0],
+            emitted=tuple(ctx.emitted),
+        )
+
+    async def call_tool(self, call: ToolCallInput) -> ToolCallOutput:
+        from harness_core.agents.tools import ToolArgumentsError
+
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return ToolCallOutput(f"there is no tool named {call.name!r}", failed=True)
+        try:
+            return ToolCallOutput(await tool.call(call.arguments))
+        except ToolArgumentsError as error:
+            return ToolCallOutput(str(error), failed=True)
+        except Exception as error:
+            # Retried by the workflow when the tool is idempotent; the model hears the type only.
+            raise ApplicationError(
+                f"the tool {call.name} raised {type(error).__name__}",
+                type="ToolFailed",
+                non_retryable=not tool.idempotent,
+            ) from None

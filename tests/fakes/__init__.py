@@ -1,0 +1,1 @@
+"""Test support: scripted stand-ins for the services the runtime talks to (model servers)."""
