@@ -371,7 +371,7 @@ class TaskService:
 
         async def result(client: Client) -> TaskRecord:
             handle = client.get_workflow_handle(task_id, result_type=TaskRecord)
-            return await handle.result(follow_runs=True, rpc_timeout=timedelta(seconds=10))
+            return await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=10))
 
         try:
             record = await self._call(result)
@@ -482,10 +482,11 @@ class TaskService:
         record = await self._record(task_id)
         if record is not None:
             return await self._record_view(record)
+        # An ended workflow still answers queries (within its retention), so a task whose record
+        # another process stored reads from its last run.
         tail = await self._tail(task_id, 0, 0)
         if tail is None:
-            record = await self._ended_record(task_id)
-            return None if record is None else await self._record_view(record)
+            return None
 
         def read() -> ProtoJSON:
             messages = self._store.messages(task_id, 0, tail.archived_messages)

@@ -416,9 +416,7 @@ class TaskWorkflow:
                         RUN_TURN, request, TurnOutcome, local=local, attempts=TURN_ATTEMPTS
                     )
                 except (ActivityError, ApplicationError) as error:
-                    workflow.logger.warning(
-                        "turn %d of task %s failed", self._turns, start.task_id
-                    )
+                    workflow.logger.warning("turn %d of task %s failed", self._turns, start.task_id)
                     outcome = self._model_failed(error)
             if outcome is None:
                 self._emit_status(

@@ -232,9 +232,9 @@ async def test_workflow_payload_classes_cross_the_sandbox_unchanged(
                 wait=True,
             )
     named = {
-        c for c in seen if getattr(c, "__name__", "") in {"TaskStart", "Inbound", "TurnOutput"}
+        c for c in seen if getattr(c, "__name__", "") in {"TaskStart", "Inbound", "TurnOutcome"}
     }
-    assert named == {payloads.TaskStart, payloads.Inbound, payloads.TurnOutput}
+    assert named == {payloads.TaskStart, payloads.Inbound, payloads.TurnOutcome}
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # connecting a client needs asyncio

@@ -18,9 +18,11 @@ from a2a.types import (
     TaskState,
 )
 from a2a.utils.errors import InvalidRequestError, TaskNotFoundError
+from google.protobuf.json_format import MessageToDict
 from starlette.requests import Request
 
 from harness_core import ScriptedModel, TurnOutput
+from harness_core.store import content_digest
 from harness_core.tasks import derive_task_id
 from tests.conftest import a2a_client, serving, user_message
 from tests.integration.test_a2a_methods import collect, send_blocking
@@ -112,7 +114,8 @@ async def test_with_a_resolver_a_caller_it_does_not_name_can_send_nothing_and_re
             listed = await anon.list_tasks(ListTasksRequest())
         after = await snapshot(harness, admins.id, "admin")
         for claimed in (None, "admin"):
-            started = derive_task_id(harness.agent_id, claimed, "m-anon")
+            digest = content_digest(MessageToDict(refused_message))
+            started = derive_task_id(harness.agent_id, claimed, "m-anon", digest)
             assert await harness.tasks.view(started, claimed) is None
     assert "authenticated sender" in str(refused.value)
     assert listed.tasks == []

@@ -18,6 +18,7 @@ from starlette.routing import Mount
 
 from harness_asgi.fastapi import harness_router
 from harness_core import Harness, ScriptedModel
+from harness_core.store import content_digest
 from harness_core.tasks import derive_task_id
 from tests.conftest import agent_settings, serving_app
 
@@ -82,7 +83,8 @@ async def test_requests_before_start_get_503_and_start_no_task(
     # Once started, the agent holds no task from those requests, and the model never ran.
     async with harness:
         for message_id in ("m-early", "m-early-rest"):
-            task_id = derive_task_id(harness.agent_id, "alice", message_id)
+            digest = content_digest(send_body(message_id)["params"]["message"])
+            task_id = derive_task_id(harness.agent_id, "alice", message_id, digest)
             assert await harness.tasks.view(task_id, "alice") is None
         listed, _, total = await harness.tasks.list(participant="alice")
     assert (listed, total) == ([], 0)

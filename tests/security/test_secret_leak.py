@@ -18,7 +18,8 @@ import pytest
 from a2a.types import GetTaskRequest, TaskState
 from google.protobuf.json_format import MessageToJson
 
-from harness_core import Harness, ScriptedModel, TurnInput, TurnOutput
+from harness_core import Harness, ScriptedModel, TurnContext
+from harness_core.agents.turn import TurnResult
 from harness_core.logs import configure_logging
 from harness_core.secrets import MASK
 from tests.conftest import a2a_client, agent_settings, serving, unique_id, user_message
@@ -32,11 +33,11 @@ KEY_VARIABLE = "HARNESS_TEST_B_TEMPORAL_KEY"
 class LeakyModel(ScriptedModel):
     """A model whose tool logs a credential it should never have touched."""
 
-    async def reply(self, turn: TurnInput) -> TurnOutput:
+    async def turn(self, ctx: TurnContext) -> TurnResult:
         logging.getLogger("tools.billing").warning(
             "calling billing with key %s", os.environ[KEY_VARIABLE]
         )
-        return await super().reply(turn)
+        return await super().turn(ctx)
 
 
 async def test_agent_bs_key_is_masked_in_agent_as_logs_messages_answers_and_store(

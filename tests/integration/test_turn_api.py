@@ -1,0 +1,165 @@
+"""The turn API over real A2A: parts in, progress, artifacts and outcomes out (both backends)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from a2a.helpers import new_data_part
+from a2a.types import (
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    TaskState,
+)
+
+from harness_core import (
+    Artifact,
+    Ask,
+    AuthRequired,
+    Complete,
+    DataPart,
+    FilePart,
+    Reject,
+    Reply,
+    TextPart,
+    TurnContext,
+)
+from harness_core.agents.turn import TurnResult
+from tests.conftest import a2a_client, serving, user_message
+from tests.integration.test_a2a_methods import HELD, collect, kinds, send_blocking
+
+pytestmark = pytest.mark.anyio
+
+
+def parts_message(*parts: Part) -> Message:
+    return Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=list(parts))
+
+
+async def test_a_turn_sees_text_file_and_data_parts_with_metadata_and_sender(make_harness):
+    seen: list[TurnContext] = []
+
+    async def agent(ctx: TurnContext) -> TurnResult:
+        seen.append(ctx)
+        return Complete("got it")
+
+    harness = make_harness(agent)
+    message = parts_message(
+        Part(text="look at these"),
+        Part(raw=b"\x89PNG\r\n", filename="pic.png", media_type="image/png"),
+        Part(url="https://example.com/doc.pdf", filename="doc.pdf", media_type="application/pdf"),
+        new_data_part({"order": 4326}),
+    )
+    message.metadata.update({"trace": "abc"})
+    headers = {"X-Participant-Id": "alice"}
+    async with serving(harness) as url, a2a_client(url, streaming=False, headers=headers) as client:
+        task = await send_blocking(client, message)
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    (ctx,) = seen
+    (turn_message,) = ctx.new_messages
+    assert turn_message.sender == "alice"
+    assert turn_message.metadata == {"trace": "abc"}
+    text, image, link, data = turn_message.parts
+    assert text == TextPart("look at these")
+    assert image == FilePart(data=b"\x89PNG\r\n", name="pic.png", media_type="image/png")
+    assert link == FilePart(
+        url="https://example.com/doc.pdf", name="doc.pdf", media_type="application/pdf"
+    )
+    assert isinstance(data, DataPart) and data.data == {"order": 4326}
+    assert ctx.history == (turn_message,)
+
+
+async def test_progress_chunked_artifacts_and_files_stream_with_semantic_ids(make_harness):
+    report = bytes(range(256)) * 400  # 100 KiB: kept in the blob store, by reference
+
+    async def agent(ctx: TurnContext) -> TurnResult:
+        await ctx.progress("step:1", "reading the order")
+        await ctx.artifact("part one, ", name="notes", artifact_id="notes", last_chunk=False)
+        await ctx.artifact("part two", artifact_id="notes", append=True, last_chunk=True)
+        await ctx.progress("step:2", "writing the report")
+        report_part = FilePart(
+            data=report, name="report.bin", media_type="application/octet-stream"
+        )
+        return Complete(
+            "done",
+            artifacts=[
+                Artifact((report_part,), name="report"),
+                Artifact((DataPart({"total": 42}),), name="summary"),
+            ],
+        )
+
+    harness = make_harness(agent, model=HELD)
+    async with serving(harness) as url, a2a_client(url) as client:
+        events = await collect(
+            client.send_message(SendMessageRequest(message=user_message("report please")))
+        )
+        task_id = events[0].task.id
+        async with a2a_client(url, streaming=False) as reader:
+            task = await reader.get_task(GetTaskRequest(id=task_id))
+    assert kinds(events)[0] == "task"
+    progress = [
+        e.status_update.status.message.message_id
+        for e in events
+        if e.HasField("status_update") and e.status_update.status.message.message_id
+    ]
+    assert progress == [f"{task_id}:step:1", f"{task_id}:step:2", f"{task_id}:final"]
+    chunks = [
+        (e.artifact_update.append, e.artifact_update.last_chunk)
+        for e in events
+        if e.HasField("artifact_update") and e.artifact_update.artifact.artifact_id == "notes"
+    ]
+    assert chunks == [(False, False), (True, True)]
+    by_name = {a.name: a for a in task.artifacts}
+    assert by_name["notes"].parts[0].text == "part one, part two"
+    assert by_name["report"].parts[0].raw == report
+    assert by_name["report"].parts[0].filename == "report.bin"
+    assert by_name["summary"].parts[0].data.struct_value["total"] == 42
+    streamed = [
+        e.artifact_update.artifact
+        for e in events
+        if e.HasField("artifact_update") and e.artifact_update.artifact.name == "report"
+    ]
+    assert streamed[0].parts[0].raw == report
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("result", "state"),
+    [
+        (Ask("which order?"), TaskState.TASK_STATE_INPUT_REQUIRED),
+        (AuthRequired("sign in at https://example.com/login"), TaskState.TASK_STATE_AUTH_REQUIRED),
+        (Reject("I only handle orders"), TaskState.TASK_STATE_REJECTED),
+    ],
+)
+async def test_a_turn_can_ask_require_auth_or_reject(make_harness, result, state):
+    async def agent(ctx: TurnContext) -> TurnResult:
+        return result
+
+    harness = make_harness(agent)
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("hello"))
+    assert task.status.state == state
+    assert task.status.message.parts[0].text == result.message[0].text
+    assert task.status.message.role == Role.ROLE_AGENT
+
+
+async def test_a_first_message_may_get_a_direct_reply_and_later_ones_complete(make_harness):
+    async def agent(ctx: TurnContext) -> TurnResult:
+        return Reply(f"hi, you said {ctx.new_messages[0].text}")
+
+    harness = make_harness(agent)
+    async with serving(harness) as url:
+        async with a2a_client(url, streaming=False) as client:
+            request = SendMessageRequest(message=user_message("yo"))
+            events = [e async for e in client.send_message(request)]
+        async with a2a_client(url) as streaming:
+            request = SendMessageRequest(message=user_message("s"))
+            streamed = await collect(streaming.send_message(request))
+    (event,) = events
+    assert event.HasField("message")
+    assert event.message.parts[0].text == "hi, you said yo"
+    assert event.message.role == Role.ROLE_AGENT
+    # A stream has already shown a task, so there the reply completes it.
+    assert streamed[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
