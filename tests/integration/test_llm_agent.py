@@ -1,0 +1,152 @@
+"""The built-in LLM agent from configuration: a real provider library over HTTP to a fake model server
+on loopback, tools as their own activities, streamed text, classified failures, cancel (both backends)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+from a2a.types import CancelTaskRequest, GetTaskRequest, SendMessageRequest, TaskState
+from google.protobuf.json_format import MessageToJson
+
+from tests.conftest import a2a_client, serving, user_message
+from tests.fakes.model_servers import (
+    FakeServer,
+    error_reply,
+    serve_fake_anthropic,
+    serve_fake_openai,
+    text_reply,
+    tool_call_reply,
+)
+from tests.integration import agent_tools
+from tests.integration.test_a2a_methods import HELD, collect, send_blocking, send_immediately
+
+pytestmark = pytest.mark.anyio
+
+KEY_VARIABLE = "HARNESS_TEST_MODEL_KEY"
+KEY = "sk-test-5ecret-model-key"
+TOOLS = "tests.integration.agent_tools"
+
+
+@pytest.fixture(params=["openai", "anthropic"])
+def flavor(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def server(flavor: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeServer]:
+    monkeypatch.setenv(KEY_VARIABLE, KEY)
+    serve = serve_fake_openai if flavor == "openai" else serve_fake_anthropic
+    with serve() as fake:
+        yield fake
+
+
+def llm_config(server: FakeServer, flavor: str, *tools: str, **more: Any) -> dict[str, Any]:
+    return {
+        "kind": flavor,
+        "name": "test-model",
+        "base_url": server.base_url,
+        "api_key_env": KEY_VARIABLE,
+        "system": "You are the order desk.",
+        "tools": [f"{TOOLS}:{t}" for t in tools],
+        **more,
+    }
+
+
+async def test_an_agent_from_configuration_calls_a_tool_and_streams_its_answer(
+    make_harness, server: FakeServer, flavor: str
+):
+    agent_tools.CALLS.clear()
+    server.push(
+        tool_call_reply("lookup_order", {"order_id": 42}),
+        text_reply("Order 42 ", "shipped ", "on Monday."),
+    )
+    harness = make_harness(model=llm_config(server, flavor, "lookup_order"))
+    async with serving(harness) as url, a2a_client(url) as client:
+        events = await collect(
+            client.send_message(SendMessageRequest(message=user_message("where is order 42?")))
+        )
+        async with a2a_client(url, streaming=False) as reader:
+            task = await reader.get_task(GetTaskRequest(id=events[0].task.id))
+    assert agent_tools.CALLS == [("lookup_order", 42)]
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == "Order 42 shipped on Monday."
+    streamed = "".join(
+        p.text
+        for e in events
+        if e.HasField("artifact_update")
+        for p in e.artifact_update.artifact.parts
+    )
+    assert streamed == "Order 42 shipped on Monday."
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    # The second request carried the tool's result; both carried the system prompt and the key.
+    assert len(server.requests) == 2
+    assert "shipped on Monday" in json.dumps(server.requests[1].body)
+    assert "You are the order desk." in json.dumps(server.requests[0].body)
+    assert all(KEY in (r.authorization or r.x_api_key or "") for r in server.requests)
+    assert KEY not in MessageToJson(task)
+
+
+async def test_a_refused_key_fails_the_turn_at_once_with_our_message(
+    make_harness, server: FakeServer, flavor: str
+):
+    server.push(error_reply(401))
+    harness = make_harness(model=llm_config(server, flavor))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("hello"))
+    assert task.status.state == TaskState.TASK_STATE_FAILED
+    text = task.status.message.parts[0].text
+    assert "api_key_env" in text
+    assert KEY not in MessageToJson(task)
+    assert len(server.requests) == 1  # not retried
+
+
+async def test_a_server_error_is_retried_and_the_turn_completes(
+    make_harness, server: FakeServer, flavor: str
+):
+    server.push(error_reply(503), text_reply("back again"))
+    harness = make_harness(model=llm_config(server, flavor))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("hello"))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == "back again"
+    assert len(server.requests) == 2
+
+
+async def test_a_tool_that_must_not_run_twice_gets_one_attempt_and_the_model_hears_it_failed(
+    make_harness, server: FakeServer, flavor: str
+):
+    agent_tools.CALLS.clear()
+    server.push(tool_call_reply("charge_card", {"amount": 5}), text_reply("The charge failed."))
+    harness = make_harness(model=llm_config(server, flavor, "charge_card"))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("charge me 5"))
+    assert agent_tools.CALLS == [("charge_card", 5)]
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    second = json.dumps(server.requests[1].body)
+    assert "charge_card failed" in second
+    assert "card processor is down" not in second  # the tool's own text stays inside
+
+
+@pytest.mark.parametrize("flavor", ["openai"])
+async def test_cancelling_a_task_cancels_the_tool_call_in_flight(
+    make_harness, server: FakeServer, flavor: str
+):
+    agent_tools.STARTED.clear()
+    agent_tools.CANCELLED.clear()
+    server.push(tool_call_reply("slow_search", {"query": "refunds"}))
+    harness = make_harness(model=llm_config(server, flavor, "slow_search", **HELD))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_immediately(client, user_message("search refunds"))
+        with anyio.fail_after(30):
+            while not agent_tools.STARTED.is_set():
+                await anyio.sleep(0.02)
+        canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
+        with anyio.fail_after(30):
+            while not agent_tools.CANCELLED.is_set():
+                await anyio.sleep(0.05)
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert len(server.requests) == 1  # the model was not asked again
