@@ -45,7 +45,7 @@ T = TypeVar("T")
 # worker that dies mid-turn is noticed in seconds and the turn retried elsewhere; a cancel of the task
 # reaches the turn with the heartbeat's answer.
 _HEARTBEAT_EVERY = 2.0
-#: The most archived messages (earlier runs) a turn is given besides its own run's.
+#: The most messages a turn is given: the task's latest ones.
 HISTORY_WINDOW = 400
 
 
@@ -90,18 +90,18 @@ class AgentActivities:
             raise ApplicationError(message, type="WrongAgent", non_retryable=True)
 
     async def _history(self, request: TurnRequest) -> tuple[TurnMessage, ...]:
-        """The turn's messages: a window of the archived ones, then the run's, content restored."""
+        """The turn's messages: the new ones written to the store (at their positions, so a retry
+        changes nothing), then the task's latest ``HISTORY_WINDOW`` read back, content restored."""
 
-        def read() -> list[Any]:
-            start = max(0, request.archived - HISTORY_WINDOW)
-            archived = self.store.messages(request.task_id, start, request.archived)
-            return [self.blobs.restore(m) for m in [*archived, *request.messages]]
+        def read() -> list[tuple[Any, str | None]]:
+            store = self.store
+            end = request.archived + len(request.messages)
+            store.put_messages(request.task_id, request.archived, request.messages, request.senders)
+            rows = store.messages_with_senders(request.task_id, max(0, end - HISTORY_WINDOW), end)
+            return [(self.blobs.restore(m), sender) for m, sender in rows]
 
-        messages = await anyio.to_thread.run_sync(read)
-        senders = dict(request.senders)
-        return tuple(
-            message_from_json(m, senders.get(str(m.get("messageId", "")))) for m in messages
-        )
+        rows = await anyio.to_thread.run_sync(read)
+        return tuple(message_from_json(m, sender) for m, sender in rows)
 
     def _context(
         self, request: TurnRequest, history: tuple[TurnMessage, ...]

@@ -153,13 +153,20 @@ class TaskTail:
 @attrs.frozen
 class Receipt:
     """What a delivered message got: whether it was a retry, the log position before it, and the
-    task's state after it (a blocking send waits until the task settles)."""
+    task after it (a blocking send waits until the task settles): its status, the messages from this
+    one on and the events after the cursor. Bounded by one exchange, never the whole task, so
+    history grows linearly however long the conversation."""
 
     duplicate: bool
     cursor: int
     status: ProtoJSON
     closed: bool
     busy: bool
+    context_id: str = ""
+    participants: tuple[str, ...] = ()
+    messages: tuple[ProtoJSON, ...] = ()
+    events: tuple[TaskEvent, ...] = ()
+    last_seq: int = 0
     #: The agent answered the first message with a direct Message (no task for the client).
     reply: ProtoJSON | None = None
 
@@ -199,8 +206,9 @@ class EventPage:
 class TurnRequest:
     """The input of one turn activity: which messages the turn answers, and where the rest is.
 
-    ``messages`` are the current run's (bounded by the run's budget); the ``archived`` ones before
-    them are read from the agent's store, so no input copies the task's whole history.
+    ``messages`` are the task's messages from position ``archived`` on, the ones no turn has
+    written to the agent's store yet; the activity writes them there (at their positions, so a
+    retry changes nothing) and reads the history from the store. No input copies the history.
     """
 
     agent_id: str
@@ -211,7 +219,7 @@ class TurnRequest:
     messages: tuple[ProtoJSON, ...]
     #: Ids of the user messages this turn answers.
     new_ids: tuple[str, ...]
-    #: Who sent each message, by id (the participant; absent for anonymous ones).
+    #: Who sent each of ``messages``, by id (the participant; absent for anonymous ones).
     senders: tuple[tuple[str, str], ...] = ()
     #: The first message of a task may be answered with a direct Message and no task.
     may_reply: bool = False
@@ -297,6 +305,8 @@ class Archive:
     messages: tuple[ProtoJSON, ...]
     events: tuple[TaskEvent, ...]
     participants: tuple[str, ...]
+    #: Who sent each message, by id (named participants only).
+    senders: tuple[tuple[str, str], ...] = ()
 
 
 @attrs.frozen

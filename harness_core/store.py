@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS task_messages (
     position INTEGER NOT NULL,
     message_id TEXT NOT NULL,
     digest TEXT NOT NULL,
+    sender TEXT,
     body TEXT NOT NULL,
     PRIMARY KEY (task_id, position)
 );
@@ -151,19 +152,32 @@ class TaskStore:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def _write_archive(self, archive: Archive) -> None:
-        self._db.executemany(
-            "INSERT OR REPLACE INTO task_messages VALUES (?, ?, ?, ?, ?)",
-            [
+    def _write_messages(
+        self,
+        task_id: str,
+        first: int,
+        messages: tuple[ProtoJSON, ...],
+        senders: tuple[tuple[str, str], ...],
+    ) -> None:
+        by_id = dict(senders)
+        rows: list[tuple[str, int, str, str, str | None, str]] = []
+        for index, message in enumerate(messages):
+            message_id = str(message.get("messageId", ""))
+            rows.append(
                 (
-                    archive.task_id,
-                    archive.first_message + index,
-                    str(message.get("messageId", "")),
+                    task_id,
+                    first + index,
+                    message_id,
                     content_digest(message),
+                    by_id.get(message_id),
                     _dumps(message),
                 )
-                for index, message in enumerate(archive.messages)
-            ],
+            )
+        self._db.executemany("INSERT OR REPLACE INTO task_messages VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def _write_archive(self, archive: Archive) -> None:
+        self._write_messages(
+            archive.task_id, archive.first_message, archive.messages, archive.senders
         )
         self._db.executemany(
             "INSERT OR REPLACE INTO task_events VALUES (?, ?, ?)",
@@ -185,6 +199,17 @@ class TaskStore:
         )
         self._db.execute("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)", row)
         self._put_participants(record.task_id, record.participants)
+
+    def put_messages(
+        self,
+        task_id: str,
+        first: int,
+        messages: tuple[ProtoJSON, ...],
+        senders: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """Keep messages at positions ``first`` on (a turn's new ones, before it reads its history)."""
+        with self._lock, self._transaction():
+            self._write_messages(task_id, first, messages, senders)
 
     def archive(self, archive: Archive) -> None:
         """Keep a run's messages and events (a task about to continue as new)."""
@@ -208,15 +233,21 @@ class TaskStore:
 
     def messages(self, task_id: str, start: int, end: int) -> list[ProtoJSON]:
         """Archived messages at positions ``start`` up to (not including) ``end``."""
+        return [message for message, _ in self.messages_with_senders(task_id, start, end)]
+
+    def messages_with_senders(
+        self, task_id: str, start: int, end: int
+    ) -> list[tuple[ProtoJSON, str | None]]:
+        """Archived messages at positions ``start`` up to ``end``, with who sent each."""
         if end <= start:
             return []
         with self._lock:
             rows = self._db.execute(
-                "SELECT body FROM task_messages WHERE task_id = ? AND position >= ? "
+                "SELECT body, sender FROM task_messages WHERE task_id = ? AND position >= ? "
                 "AND position < ? ORDER BY position",
                 (task_id, start, end),
             ).fetchall()
-        return [cast("ProtoJSON", json.loads(r[0])) for r in rows]
+        return [(cast("ProtoJSON", json.loads(r[0])), r[1]) for r in rows]
 
     def message_digest(self, task_id: str, message_id: str) -> str | None:
         """The content digest of an archived message, or None when the task has no such message."""

@@ -76,6 +76,8 @@ _FOLLOW_MAX_DELAY = 0.5
 MAX_MESSAGE_BYTES = 256 * 1024
 # How long a sender retries a task that is archiving its run (TaskBusy).
 _BUSY_PATIENCE = 60.0
+# The longest single wait before a query refused as busy is tried again.
+_QUERY_PATIENCE = 3.0
 # Queries ListTasks runs at once.
 _LIST_CONCURRENCY = 16
 # Task ids known to run on this agent's queue (ownership never changes).
@@ -303,12 +305,26 @@ class TaskService:
             if exc.status == RPCStatusCode.ALREADY_EXISTS or _not_found(exc):
                 return await self._closed_delivery(task_id, inbound)
             raise
-        return await self._delivered(task_id, receipt)
+        return self._delivered(task_id, receipt)
 
-    async def _delivered(self, task_id: str, receipt: Receipt) -> Delivery:
-        view = await self._view(task_id)
-        if view is None:
-            raise TaskNotFoundError(f"task {task_id} not found")
+    def _delivered(self, task_id: str, receipt: Receipt) -> Delivery:
+        """The sender's answer, from the receipt alone (no read of the task): its status, this
+        exchange's messages and the artifacts it produced. GetTask shows the whole task."""
+        task = self._assemble(
+            task_id,
+            receipt.context_id,
+            receipt.status,
+            list(receipt.messages),
+            list(receipt.events),
+        )
+        view = TaskView(
+            task=task,
+            last_seq=receipt.last_seq,
+            closed=receipt.closed,
+            participants=receipt.participants,
+            agent_id=self.agent_id,
+            busy=receipt.busy,
+        )
         return Delivery(
             task_id=task_id,
             duplicate=receipt.duplicate,
@@ -357,7 +373,7 @@ class TaskService:
                 if not _not_found(exc):
                     raise
                 return await self._closed_delivery(task_id, inbound)
-            return await self._delivered(task_id, receipt)
+            return self._delivered(task_id, receipt)
 
     async def _ended_record(self, task_id: str) -> TaskRecord | None:
         """An ended task's record: from the store, else from its closed workflow's result.
@@ -415,16 +431,23 @@ class TaskService:
         """The workflow's current run, or None when there is no such workflow of this agent."""
         if not await self._owner(task_id):
             return None
-        try:
-            tail = await self._call(
-                lambda c: c.get_workflow_handle(task_id).query(
-                    TaskWorkflow.tail, args=[after_event, after_message]
+        delay = 0.05
+        while True:
+            try:
+                tail = await self._call(
+                    lambda c: c.get_workflow_handle(task_id).query(
+                        TaskWorkflow.tail, args=[after_event, after_message]
+                    )
                 )
-            )
-        except RPCError as exc:
-            if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
-                return None
-            raise
+                break
+            except RPCError as exc:
+                if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
+                    return None
+                # A workflow busy with a long workflow task buffers few queries; wait a moment.
+                if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED or delay > _QUERY_PATIENCE:
+                    raise
+                await anyio.sleep(delay)
+                delay *= 2
         return tail if tail.agent_id == self.agent_id else None
 
     def _assemble(

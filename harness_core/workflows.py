@@ -151,6 +151,9 @@ class TaskWorkflow:
         self._events: list[TaskEvent] = []  # this run's events
         self._mailbox: list[Inbound] = []
         self._senders: dict[str, str] = {}  # message id -> participant, for this run
+        # This run's messages that turns have already written to the store (each turn sends only
+        # the ones after these, so no input copies the run's history).
+        self._persisted = 0
         self._refused: set[str] = set()  # accepted, then dropped because the task ended first
         self._run_bytes = 0
         self._accepted = 0  # messages accepted in this run
@@ -295,6 +298,7 @@ class TaskWorkflow:
             messages=tuple(self._history),
             events=tuple(self._events),
             participants=tuple(self._participants),
+            senders=tuple(self._senders.items()),
         )
 
     async def _continue_as_new(self, start: TaskStart) -> None:
@@ -400,13 +404,19 @@ class TaskWorkflow:
             task_id=start.task_id,
             context_id=start.context_id,
             number=self._turns,
-            archived=self._archived_messages,
-            messages=tuple(self._history),
+            archived=self._archived_messages + self._persisted,
+            messages=tuple(self._history[self._persisted :]),
             new_ids=tuple(new_ids),
-            senders=tuple(self._senders.items()),
+            senders=tuple(
+                (m, p)
+                for m in (str(h.get("messageId", "")) for h in self._history[self._persisted :])
+                if (p := self._senders.get(m)) is not None
+            ),
             may_reply=self._turns == 1 and self._archived_events == 0 and len(self._events) <= 1,
         )
         self._may_reply = request.may_reply
+        # The turn's activity writes these messages to the store before reading its history.
+        self._persisted = len(self._history)
         try:
             if start.loop == "llm":
                 outcome = await self._llm_turn(start, request, local)
@@ -634,7 +644,21 @@ class TaskWorkflow:
             closed=self._closed,
             busy=self._busy(),
             reply=self._reply,
+            context_id=self._start.context_id,
+            participants=tuple(self._participants),
+            messages=self._exchange(message_id, inbound),
+            events=tuple(self._events[max(cursor - self._archived_events, 0) :]),
+            last_seq=self._last_seq(),
         )
+
+    def _exchange(self, message_id: str, inbound: Inbound) -> tuple[ProtoJSON, ...]:
+        """The message and what followed it in this run (itself alone while it waits for a turn)."""
+        for index, message in enumerate(self._history):
+            if message.get("messageId") == message_id:
+                return tuple(self._history[index:])
+        if message_id in self._refused:
+            return ()
+        return (inbound.message,)
 
     @deliver.validator
     def _check_delivery(self, inbound: Inbound) -> None:

@@ -248,9 +248,12 @@ async def test_a_task_that_asks_for_input_continues_with_the_next_message(make_h
         assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         assert asked.status.message.message_id == f"{asked.id}:ask:1"
         answered = await send_blocking(client, user_message("Paris", task_id=asked.id))
+        whole = await client.get_task(GetTaskRequest(id=asked.id))
     assert answered.id == asked.id
     assert answered.status.state == TaskState.TASK_STATE_COMPLETED
-    assert [m.parts[0].text for m in answered.history] == [
+    # A send answers with its own exchange; GetTask shows the whole task.
+    assert [m.parts[0].text for m in answered.history] == ["Paris", "sunny in Paris"]
+    assert [m.parts[0].text for m in whole.history] == [
         "weather?",
         "which city?",
         "Paris",

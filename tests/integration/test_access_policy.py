@@ -72,7 +72,8 @@ async def test_participants_reach_only_their_own_tasks_through_every_method(make
             with pytest.raises(TaskNotFoundError):
                 await anonymous.cancel_task(CancelTaskRequest(id=open_task.id))
         async with a2a_client(url, streaming=False, headers=who("alice")) as alice:
-            answered = await send_blocking(alice, user_message("yes", task_id=open_task.id))
+            await send_blocking(alice, user_message("yes", task_id=open_task.id))
+            answered = await alice.get_task(GetTaskRequest(id=open_task.id))
 
     assert listed == {"alice": sorted([ended.id, open_task.id]), "bob": [], None: [anons.id]}
     assert readable == {"alice": [ended.id, open_task.id], "bob": [], None: [anons.id]}
