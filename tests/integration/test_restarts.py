@@ -55,6 +55,7 @@ async def test_five_graceful_restarts_during_one_turn_still_complete_the_task(ma
     async with serving(harness) as url, a2a_client(url, streaming=False) as client:
         task = await send_immediately(client, user_message("take your time"))
         await agent.wait_attempts(1)
+    done = None
     # Each exit above and below stops the worker while the turn runs (graceful, 200 ms).
     for restart in range(1, RESTARTS + 1):
         async with serving(harness) as url:
@@ -63,6 +64,7 @@ async def test_five_graceful_restarts_during_one_turn_still_complete_the_task(ma
                 agent.released.set()
                 async with a2a_client(url, streaming=False) as client:
                     done = await wait_for_state(client, task.id, TaskState.TASK_STATE_COMPLETED)
+    assert done is not None
     assert done.status.message.parts[0].text == "finally"
     assert agent.attempts == RESTARTS + 1
 
