@@ -122,6 +122,8 @@ class TaskStart:
     #: The LLM loop's budget per turn: model requests, and seconds of wall clock.
     max_steps: int = 20
     turn_seconds: float = 600.0
+    #: A run continues as new once idle past this many messages (``RUN_MESSAGES`` by default).
+    run_messages: int = 200
     first: Inbound | None = None
     carry: TaskCarry | None = None
 

@@ -34,7 +34,13 @@ from harness_core.logs import AgentContextInterceptor
 from harness_core.pool import TemporalConnection
 from harness_core.workflows import HeartbeatWorkflow, TaskWorkflow
 
-__all__ = ["PASSTHROUGH", "heartbeat_schedule_id", "run_worker", "sync_heartbeat_schedule"]
+__all__ = [
+    "PASSTHROUGH",
+    "heartbeat_schedule_id",
+    "run_worker",
+    "sync_heartbeat_schedule",
+    "workflow_runner",
+]
 
 log = logging.getLogger("harness.worker")
 
@@ -46,6 +52,11 @@ PASSTHROUGH = ("harness_core.payloads", "harness_core.converter", "attrs", "catt
 _RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
 )
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The sandbox the agents' workflows run in (and replay in)."""
+    return _RUNNER
 
 
 async def run_worker(

@@ -284,7 +284,7 @@ class TaskWorkflow:
 
     def _run_is_full(self) -> bool:
         return (
-            self._accepted >= RUN_MESSAGES
+            self._accepted >= self._start.run_messages
             or self._run_bytes >= RUN_BYTES
             or workflow.info().is_continue_as_new_suggested()
         )
@@ -336,6 +336,7 @@ class TaskWorkflow:
                 loop=start.loop,
                 max_steps=start.max_steps,
                 turn_seconds=start.turn_seconds,
+                run_messages=start.run_messages,
                 carry=carry,
             )
         )
@@ -694,7 +695,8 @@ class TaskWorkflow:
                 type="TaskClosed",
                 non_retryable=True,
             )
-        if self._closing or self._accepted >= 2 * RUN_MESSAGES or self._run_bytes >= 2 * RUN_BYTES:
+        full = self._accepted >= 2 * self._start.run_messages or self._run_bytes >= 2 * RUN_BYTES
+        if self._closing or full:
             # The run is archiving itself; the sender retries in a moment, on the next run.
             raise ApplicationError("task is busy; retry", type="TaskBusy")
 
