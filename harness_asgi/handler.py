@@ -17,7 +17,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Generator
-from typing import cast
+from typing import Any, Literal, cast
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -62,8 +62,9 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from harness_asgi.identity import identity_of
 from harness_core import errors
 from harness_core.harness import Harness
-from harness_core.payloads import EventPage, TaskEvent, TaskView
-from harness_core.tasks import TaskService
+from harness_core.live import LIVE, LiveEvent
+from harness_core.payloads import TaskEvent, TaskView
+from harness_core.tasks import FOLLOW_FIRST_DELAY, FOLLOW_MAX_DELAY, TaskService
 
 __all__ = ["SEQ_KEY", "HarnessRequestHandler"]
 
@@ -88,6 +89,53 @@ async def _event_proto(
         proto = ParseDict(body, TaskArtifactUpdateEvent(), ignore_unknown_fields=True)
     proto.metadata.update({SEQ_KEY: event.seq})
     return proto
+
+
+def _message_id(body: dict[str, Any]) -> str:
+    status = cast("dict[str, Any]", body.get("status") or {})
+    message = cast("dict[str, Any]", status.get("message") or {})
+    return str(message.get("messageId", ""))
+
+
+def _kind(event: LiveEvent) -> Literal["status", "artifact"]:
+    return "status" if event.kind == "status" else "artifact"
+
+
+class _Shown:
+    """What a stream showed live, so the durable copy of it is not shown again."""
+
+    def __init__(self) -> None:
+        self._artifacts: dict[str, bool] = {}  # id -> shown from its first chunk
+        self._messages: set[str] = set()
+
+    def note(self, event: LiveEvent) -> None:
+        if event.kind == "status":
+            self._messages.add(_message_id(event.body))
+            return
+        artifact_id = _artifact_id(event.body)
+        if not event.body.get("append"):
+            self._artifacts[artifact_id] = True
+        else:
+            self._artifacts.setdefault(artifact_id, False)
+
+    def covers(self, event: TaskEvent) -> bool:
+        """Whether the stream showed ``event`` live already (forgotten once its copy passed)."""
+        if event.kind == "status":
+            message_id = _message_id(event.body)
+            if message_id in self._messages:
+                self._messages.discard(message_id)
+                return True
+            return False
+        artifact_id = _artifact_id(event.body)
+        whole = self._artifacts.get(artifact_id)
+        if whole is not None and event.body.get("lastChunk"):
+            del self._artifacts[artifact_id]
+        return bool(whole)
+
+
+def _artifact_id(body: dict[str, Any]) -> str:
+    artifact = cast("dict[str, Any]", body.get("artifact") or {})
+    return str(artifact.get("artifactId", ""))
 
 
 def _sender(context: ServerCallContext) -> str | None:
@@ -199,18 +247,43 @@ class HarnessRequestHandler(RequestHandler):
     async def _follow(
         self, task_id: str, after: int, participant: str | None, operation: str
     ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent, None]:
-        """Yield the task's events after ``after`` until it settles or ends."""
+        """Yield the task's events after ``after`` until it settles or ends.
+
+        A turn running in this process reaches the stream live, as it emits; its durable copy,
+        which arrives when the turn ends, is then left out where the stream already showed it
+        whole (an artifact whose live chunks began with ``append`` false, a progress message).
+        A live event carries the ``harness.seq`` of the last durable event before it, so a client
+        that resubscribes with it gets the durable copy, with no gap.
+        """
         tasks = self._harness.tasks
-        while True:
-            page: EventPage
-            with _a2a_errors(operation):
-                page = await tasks.follow(task_id, after, participant)
-                protos = [await _event_proto(tasks, event) for event in page.events]
-            for event, proto in zip(page.events, protos, strict=True):
-                yield proto
-                after = event.seq
-            if page.view.settled:
-                return
+        async with LIVE.subscribe(tasks.agent_id, task_id) as live:
+            if not self._harness.routes.live:
+                live.overflowed = True  # the durable log alone
+            shown = _Shown()
+            delay = FOLLOW_FIRST_DELAY
+            while True:
+                with _a2a_errors(operation):
+                    page = await tasks.poll(task_id, after, participant)
+                    protos = [await _event_proto(tasks, event) for event in page.events]
+                # Whatever an attempt emitted live was published before its durable copy could
+                # be read, so it is pending now: show it, then skip the copies of what it covers.
+                for event in live.drain():
+                    if live.overflowed:
+                        break
+                    shown.note(event)
+                    with _a2a_errors(operation):
+                        proto = await _event_proto(
+                            tasks, TaskEvent(after, _kind(event), event.body)
+                        )
+                    yield proto
+                for event, proto in zip(page.events, protos, strict=True):
+                    after = event.seq
+                    if not (shown.covers(event) and not live.overflowed):
+                        yield proto
+                if page.view.settled:
+                    return
+                delay = FOLLOW_FIRST_DELAY if page.events else min(delay * 1.5, FOLLOW_MAX_DELAY)
+                await live.wait(delay)
 
     @validate_request_params
     async def on_subscribe_to_task(

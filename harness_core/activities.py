@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import anyio
@@ -22,6 +23,7 @@ from harness_core.agents.context import ActivityTurnContext, outcome_of
 from harness_core.agents.parts import message_from_json
 from harness_core.agents.turn import Agent, TurnMessage
 from harness_core.blobs import BlobStore
+from harness_core.live import LIVE
 from harness_core.payloads import (
     Archive,
     ModelStep,
@@ -113,6 +115,7 @@ class AgentActivities:
             history=history,
             new_ids=request.new_ids,
             blobs=self.blobs,
+            publish=partial(LIVE.publish, self.agent_id, request.task_id),
         )
 
     @activity.defn(name=RUN_TURN)
@@ -122,8 +125,11 @@ class AgentActivities:
         if agent is None:
             raise ApplicationError("this agent runs an LLM loop, not turns", non_retryable=True)
         ctx = self._context(request, await self._history(request))
-        result = await _guarded(lambda: agent.turn(ctx))
-        return _redacted(outcome_of(result, ctx))
+        try:
+            result = await _guarded(lambda: agent.turn(ctx))
+            return _redacted(outcome_of(result, ctx))
+        finally:
+            LIVE.end(self.agent_id, request.task_id)
 
     @activity.defn(name=MODEL_STEP)
     async def model_step(self, step: ModelStepInput) -> ModelStep:
@@ -133,7 +139,10 @@ class AgentActivities:
             raise ApplicationError("this agent has no model", non_retryable=True)
         history = await self._history(step.turn)
         ctx = self._context(step.turn, history)
-        return _redacted(await _guarded(lambda: llm.step(history, step, ctx)))
+        try:
+            return _redacted(await _guarded(lambda: llm.step(history, step, ctx)))
+        finally:
+            LIVE.end(self.agent_id, step.turn.task_id)
 
     @activity.defn(name=TOOL_CALL)
     async def tool_call(self, call: ToolCallInput) -> ToolCallOutput:

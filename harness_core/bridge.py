@@ -30,7 +30,7 @@ import anyio.lowlevel
 import sniffio
 import trio
 
-__all__ = ["TemporalBridge", "current_backend", "open_bridge"]
+__all__ = ["TemporalBridge", "current_backend", "loop_caller", "open_bridge"]
 
 T = TypeVar("T")
 log = logging.getLogger("harness.bridge")
@@ -42,6 +42,30 @@ _CANCEL_GRACE = 30.0
 def current_backend() -> str:
     """``"asyncio"`` or ``"trio"``: the AnyIO backend of the running task."""
     return sniffio.current_async_library()
+
+
+def loop_caller() -> Callable[[Callable[[], None]], None]:
+    """A function any thread may call, never blocking, to run a callback soon in the running loop
+    (the caller's). Callbacks after the loop ended are dropped: nothing waits for them there.
+
+    The live fan-out uses it: a turn on the Temporal loop (another thread under Trio) wakes the
+    streams waiting in the HTTP server's loop.
+    """
+    if current_backend() == "trio":
+        token = trio.lowlevel.current_trio_token()
+
+        def call_trio(callback: Callable[[], None]) -> None:
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(callback)
+
+        return call_trio
+    loop = asyncio.get_running_loop()
+
+    def call_asyncio(callback: Callable[[], None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(callback)
+
+    return call_asyncio
 
 
 class TemporalBridge(Protocol):

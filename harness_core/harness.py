@@ -63,6 +63,9 @@ class RouteOptions:
     monitor: bool = True
     #: ``/ui``: the static files of ``[server] ui_dir`` (when set).
     ui: bool = True
+    #: Streams get what a turn of this process emits at once (``harness_core.live``); off, they
+    #: follow the durable event log only (polled), as streams served by another process do.
+    live: bool = True
 
 
 log = logging.getLogger("harness")

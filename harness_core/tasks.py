@@ -69,9 +69,9 @@ T = TypeVar("T")
 _LIST_RUNNING_LIMIT = 1000
 # Far longer than visibility takes to list a new workflow.
 _RECENT_SECONDS = 300.0
-# How often a stream polls a quiet task: soon after a change, then backing off.
-_FOLLOW_FIRST_DELAY = 0.02
-_FOLLOW_MAX_DELAY = 0.5
+# How often a stream polls a quiet task's durable log: soon after a change, then backing off.
+FOLLOW_FIRST_DELAY = 0.02
+FOLLOW_MAX_DELAY = 0.5
 #: The largest message (as JSON, large parts by reference) a task accepts.
 MAX_MESSAGE_BYTES = 256 * 1024
 # How long a sender retries a task that is archiving its run (TaskBusy).
@@ -580,29 +580,32 @@ class TaskService:
             )
         return EventPage(events=(*archived, *tail.events), view=self._light(task_id, tail))
 
-    async def follow(self, task_id: str, after: int, participant: str | None) -> EventPage:
-        """Wait for events after ``after`` (or for the task to settle) and return them.
+    async def poll(self, task_id: str, after: int, participant: str | None) -> EventPage:
+        """The task's durable events after ``after``, now, and its state (not its history).
 
-        Polls the workflow's ``tail`` query, quickly at first and then less often while nothing
-        happens. The page's view carries the task's state, not its history.
+        Raises ``TaskNotFoundError`` when this agent has no such task for ``participant``.
         """
-        delay = _FOLLOW_FIRST_DELAY
+        page = await self._events_after(task_id, after)
+        if page is not None and may_access(page.view.participants, participant):
+            return page
+        # Gone since the last poll: its record may be on its way to the store.
+        ended = await self._ended_record(task_id)
+        if ended is None or not may_access(ended.participants, participant):
+            raise TaskNotFoundError(f"task {task_id} not found")
+        view = await self._record_view(ended)
+        events = await anyio.to_thread.run_sync(self._store.events, task_id, after, ended.events)
+        return EventPage(events=tuple(events), view=view)
+
+    async def follow(self, task_id: str, after: int, participant: str | None) -> EventPage:
+        """Wait for durable events after ``after`` (or for the task to settle) and return them,
+        polling quickly at first and then less often while nothing happens."""
+        delay = FOLLOW_FIRST_DELAY
         while True:
-            page = await self._events_after(task_id, after)
-            if page is None or not may_access(page.view.participants, participant):
-                # Gone between two polls: its record may be on its way to the store.
-                ended = await self._ended_record(task_id)
-                if ended is None or not may_access(ended.participants, participant):
-                    raise TaskNotFoundError(f"task {task_id} not found")
-                view = await self._record_view(ended)
-                events = await anyio.to_thread.run_sync(
-                    self._store.events, task_id, after, ended.events
-                )
-                return EventPage(events=tuple(events), view=view)
+            page = await self.poll(task_id, after, participant)
             if page.events or page.view.settled:
                 return page
             await anyio.sleep(delay)
-            delay = min(delay * 1.5, _FOLLOW_MAX_DELAY)
+            delay = min(delay * 1.5, FOLLOW_MAX_DELAY)
 
     async def list(
         self,

@@ -9,7 +9,7 @@ replaces the artifact. Live text deltas are coalesced into chunks of the respons
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from harness_core.agents.parts import artifact_to_json, parts_to_json
@@ -48,6 +48,7 @@ class ActivityTurnContext:
         history: tuple[TurnMessage, ...],
         new_ids: Sequence[str],
         blobs: BlobStore,
+        publish: Callable[[str, ProtoJSON], None] | None = None,
     ) -> None:
         self._task_id = task_id
         self._context_id = context_id
@@ -61,6 +62,8 @@ class ActivityTurnContext:
         self._delta: list[str] = []
         self._delta_bytes = 0
         self._delta_chunks = 0
+        self._live_deltas = 0
+        self._publish = publish
 
     @property
     def task_id(self) -> str:
@@ -102,7 +105,7 @@ class ActivityTurnContext:
             "state": "TASK_STATE_WORKING",
             "message": self.message_json(key, parts_of(message)),
         }
-        self.emitted.append(("status", {"status": status}))
+        self._emit("status", {"status": status})
 
     async def artifact(
         self,
@@ -121,14 +124,33 @@ class ActivityTurnContext:
             Artifact(parts=parts_of(parts), name=name, metadata=metadata or {}), artifact_id
         )
         body["parts"] = list(self.offload(tuple(body["parts"])))
-        self.emitted.append(
-            ("artifact", {"artifact": body, "append": append, "lastChunk": last_chunk})
-        )
+        self._emit("artifact", {"artifact": body, "append": append, "lastChunk": last_chunk})
         return artifact_id
+
+    def _emit(self, kind: str, body: ProtoJSON) -> None:
+        """Durably (returned with the outcome) and live (to this process's open streams)."""
+        self.emitted.append((kind, body))
+        self._live(kind, body)
+
+    def _live(self, kind: str, body: ProtoJSON) -> None:
+        if self._publish is not None:
+            self._publish(kind, {"taskId": self._task_id, "contextId": self._context_id, **body})
 
     async def delta(self, text: str) -> None:
         if not text:
             return
+        # Live: each delta at once. An attempt's first one replaces what a failed attempt showed.
+        live: ProtoJSON = {
+            "artifact": {
+                "artifactId": self.response_id,
+                "name": "response",
+                "parts": [{"text": text}],
+            },
+            "append": self._live_deltas > 0,
+            "lastChunk": False,
+        }
+        self._live_deltas += 1
+        self._live("artifact", live)
         self._delta.append(text)
         self._delta_bytes += len(text.encode())
         if self._delta_bytes >= DELTA_CHUNK_BYTES:
@@ -149,6 +171,7 @@ class ActivityTurnContext:
             "name": "response",
             "parts": list(self.offload(({"text": text},))),
         }
+        # Durable only: the live path showed each delta already.
         self.emitted.append(
             ("artifact", {"artifact": body, "append": self._delta_chunks > 0, "lastChunk": last})
         )

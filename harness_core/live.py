@@ -1,0 +1,131 @@
+"""The live fan-out: what a turn emits reaches the streams of the same process at once.
+
+A turn's progress, artifacts and text deltas are published here as they happen (from the Temporal
+loop, which is another thread under Trio) and delivered to every open stream of that task in this
+process; the durable copy follows in the task's event log when the turn ends. Streams served by another
+process see only the durable log. A subscriber that falls too far behind stops receiving live events
+(``overflowed``) and relies on the durable log alone, so a slow client never holds memory or the turn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import deque
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import anyio
+import attrs
+
+from harness_core.bridge import loop_caller
+from harness_core.payloads import ProtoJSON
+
+__all__ = ["LIVE", "LiveEvent", "LiveHub", "Subscription"]
+
+#: Live events one subscriber may have waiting before it gives up on the live path.
+MAX_PENDING = 4096
+#: Live events of a running attempt kept for streams that join mid-turn.
+MAX_KEPT = 1024
+
+
+@attrs.frozen
+class LiveEvent:
+    """A status or artifact update as emitted (ProtoJSON, large content by reference)."""
+
+    kind: str
+    body: ProtoJSON
+
+
+class Subscription:
+    """One stream's view of a task's live events."""
+
+    def __init__(
+        self, call: Callable[[Callable[[], None]], None], earlier: list[LiveEvent], complete: bool
+    ) -> None:
+        self._call = call
+        self._lock = threading.Lock()
+        self._pending: deque[LiveEvent] = deque(earlier)
+        self._event = anyio.Event()
+        #: The live path missed events: the stream relies on the durable log alone.
+        self.overflowed = not complete
+
+    def _push(self, event: LiveEvent) -> None:
+        """From any thread."""
+        with self._lock:
+            if self.overflowed:
+                return
+            if len(self._pending) >= MAX_PENDING:
+                self.overflowed = True
+                self._pending.clear()
+            else:
+                self._pending.append(event)
+        self._call(self._wake)
+
+    def _wake(self) -> None:
+        self._event.set()
+
+    def drain(self) -> list[LiveEvent]:
+        """The events published since the last drain, oldest first."""
+        with self._lock:
+            events = list(self._pending)
+            self._pending.clear()
+        return events
+
+    async def wait(self, seconds: float) -> None:
+        """Return when an event is published, or after ``seconds``."""
+        with anyio.move_on_after(seconds):
+            await self._event.wait()
+        self._event = anyio.Event()
+
+
+class LiveHub:
+    """Subscriptions by (agent, task). Thread-safe; publishing never blocks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscriptions: dict[tuple[str, str], set[Subscription]] = {}
+        # The running attempt's events so far, per task, and whether none was dropped.
+        self._kept: dict[tuple[str, str], tuple[list[LiveEvent], bool]] = {}
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, agent_id: str, task_id: str) -> AsyncGenerator[Subscription, None]:
+        """Receive the task's live events while the block runs, starting with those its running
+        turn emitted before (a stream that joins mid-turn misses nothing)."""
+        key = (agent_id, task_id)
+        with self._lock:
+            kept, complete = self._kept.get(key, ([], True))
+            subscription = Subscription(loop_caller(), list(kept), complete)
+            self._subscriptions.setdefault(key, set()).add(subscription)
+        try:
+            yield subscription
+        finally:
+            with self._lock:
+                subscriptions = self._subscriptions.get(key)
+                if subscriptions is not None:
+                    subscriptions.discard(subscription)
+                    if not subscriptions:
+                        del self._subscriptions[key]
+
+    def publish(self, agent_id: str, task_id: str, kind: str, body: dict[str, Any]) -> None:
+        """An event of a running turn (from any thread)."""
+        key = (agent_id, task_id)
+        event = LiveEvent(kind=kind, body=body)
+        with self._lock:
+            kept, complete = self._kept.setdefault(key, ([], True))
+            if complete and len(kept) < MAX_KEPT:
+                kept.append(event)
+            elif complete:
+                self._kept[key] = ([], False)
+            subscriptions = list(self._subscriptions.get(key, ()))
+        for subscription in subscriptions:
+            subscription._push(event)  # pyright: ignore[reportPrivateUsage]
+
+    def end(self, agent_id: str, task_id: str) -> None:
+        """A turn's attempt ended: its events are (or will be) in the durable log, or void."""
+        with self._lock:
+            self._kept.pop((agent_id, task_id), None)
+
+
+LIVE = LiveHub()
+"""The process's hub; every agent publishes here, keyed by its id."""
