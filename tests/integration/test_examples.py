@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import a2a_client, free_port, user_message
+from harness_core import Harness, settings_from_mapping
+from tests.conftest import a2a_client, free_port, serving, user_message
+from tests.fakes.model_servers import serve_fake_openai, text_reply, tool_call_reply
 from tests.integration.test_a2a_methods import send_blocking
 
 pytestmark = pytest.mark.anyio
@@ -119,3 +122,27 @@ async def test_a_lone_agent_app_starts_its_agent_from_the_hypercorn_lifespan(
     assert isinstance(card, dict)
     assert card["supportedInterfaces"][0]["url"] == f"{url}/"
     assert answer == "a here"
+
+
+TOOLS_AGENT = Path(__file__).parents[2] / "examples" / "tools_agent"
+
+
+async def test_the_tools_agent_example_answers_with_its_tool_through_a_model_server(
+    tmp_path: Path, temporal_address: str, monkeypatch: pytest.MonkeyPatch
+):
+    """The example's own TOML and tool module, its model server replaced by the fake one."""
+    monkeypatch.syspath_prepend(str(TOOLS_AGENT.parent))
+    data = tomllib.loads((TOOLS_AGENT / "agent.toml").read_text())
+    with serve_fake_openai(
+        [tool_call_reply("lookup_order", {"order_id": 42}), text_reply("It shipped on Monday.")]
+    ) as server:
+        data["model"]["base_url"] = server.base_url
+        data["server"]["bind"] = "127.0.0.1:0"
+        data["temporal"] = {"mode": "remote", "address": temporal_address}
+        harness = Harness(settings_from_mapping(data, base_dir=tmp_path))
+        async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+            task = await send_blocking(client, user_message("where is order 42?"))
+        second = server.requests[1].body
+    assert task.status.message.parts[0].text == "It shipped on Monday."
+    assert "shipped on Monday" in str(second["messages"])
+    assert "Use lookup_order" in str(server.requests[0].body["messages"])
