@@ -36,8 +36,8 @@ def build_agent_card(harness: Harness) -> AgentCard:
             AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0"),
         ],
         capabilities=AgentCapabilities(streaming=True, push_notifications=False),
-        default_input_modes=["text/plain"],
-        default_output_modes=["text/plain"],
+        default_input_modes=list(harness.input_modes),
+        default_output_modes=list(harness.output_modes),
         skills=[
             AgentSkill(
                 id=settings.agent_id,

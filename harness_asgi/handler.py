@@ -48,6 +48,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import (
     A2AError,
+    ContentTypeNotSupportedError,
     ExtendedAgentCardNotConfiguredError,
     InternalError,
     InvalidParamsError,
@@ -61,6 +62,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 
 from harness_asgi.identity import identity_of
 from harness_core import errors
+from harness_core.agents.modes import refused_media_types
 from harness_core.harness import Harness
 from harness_core.live import LIVE, LiveEvent
 from harness_core.payloads import TaskEvent, TaskView
@@ -206,6 +208,13 @@ class HarnessRequestHandler(RequestHandler):
             raise InvalidParamsError(message="message.role must be ROLE_USER")
         if not message.message_id:
             raise InvalidParamsError(message="message.messageId is required")
+        modes = self._harness.input_modes
+        refused = refused_media_types(MessageToDict(message), modes)
+        if refused:
+            raise ContentTypeNotSupportedError(
+                message=f"this agent does not accept {', '.join(refused)}; it accepts "
+                f"{', '.join(modes)} (its card's defaultInputModes)"
+            )
 
     @validate_request_params
     async def on_message_send(

@@ -46,6 +46,7 @@ _AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 _ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 _DURATION_PATTERN = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h)\s*")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_MEDIA_TYPE_PATTERN = r"(\*/\*|[a-z0-9][a-z0-9.+-]*/(\*|[a-z0-9][a-z0-9.+-]*))"
 _IMPORT_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
 _IMPORT_HINT = 'must be "package.module:name", e.g. "my_pkg.tools:lookup_order"'
 _DURATION_HINT = 'a duration (seconds or a string like "30s")'
@@ -68,6 +69,10 @@ class AgentConfig:
     id: str = "harness"
     name: str | None = None  # the card name; None means the id
     description: str | None = None
+    # Media types the agent accepts and produces ("image/png", "image/*"); () means its own
+    # declaration, else what its kind handles (text/plain for echo, scripted and custom agents).
+    input_modes: tuple[str, ...] = ()
+    output_modes: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -476,6 +481,15 @@ def _validate(settings: Settings, label: str) -> None:
         )
     if agent.name is not None and not agent.name.strip():
         raise _bad_value(label, "agent.name", agent.name, "must not be blank; leave it out")
+    for key, modes in (("input_modes", agent.input_modes), ("output_modes", agent.output_modes)):
+        for index, mode in enumerate(modes):
+            if re.fullmatch(_MEDIA_TYPE_PATTERN, mode) is None:
+                raise _bad_value(
+                    label,
+                    f"agent.{key}[{index}]",
+                    mode,
+                    'must be a media type like "text/plain", "image/*" or "*/*"',
+                )
 
     if not temporal.namespace.strip():
         raise _bad_value(label, "temporal.namespace", temporal.namespace, "must not be blank")

@@ -22,6 +22,7 @@ from temporalio.client import Client
 
 from harness_core.activities import AgentActivities
 from harness_core.agents.builtin import agent_from_config, model_loop_from_config
+from harness_core.agents.modes import LLM_INPUT_MODES, TEXT_MODES
 from harness_core.agents.turn import Agent, AgentFunction
 from harness_core.blobs import BlobStore
 from harness_core.config import Settings
@@ -107,6 +108,9 @@ class Harness:
             as_agent(chosen) if chosen is not None else agent_from_config(settings)
         )
         self.model_loop = model_loop_from_config(settings) if self.agent is None else None
+        #: The media types the agent accepts and produces (its card's modes); a message with a
+        #: part of another type is refused.
+        self.input_modes, self.output_modes = self._modes()
         if client is not None and (
             client.data_converter.payload_converter_class
             is not data_converter.payload_converter_class
@@ -278,6 +282,17 @@ class Harness:
             if self.state is not AgentState.FAILED:
                 self.state = AgentState.STOPPED
             done.set()
+
+    def _modes(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``[agent] input_modes``/``output_modes``, else the agent's own ``input_modes`` and
+        ``output_modes`` attributes, else what its kind handles."""
+        config = self.settings.agent
+        default_in = LLM_INPUT_MODES if self.model_loop is not None else TEXT_MODES
+        declared_in = tuple(getattr(self.agent, "input_modes", ()) or ())
+        declared_out = tuple(getattr(self.agent, "output_modes", ()) or ())
+        inputs = config.input_modes or declared_in or default_in
+        outputs = config.output_modes or declared_out or TEXT_MODES
+        return tuple(str(m) for m in inputs), tuple(str(m) for m in outputs)
 
     def _task_start(self) -> TaskStart:
         """How this agent's tasks run (each task fills in its ids)."""

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import uuid
 
+import httpx
 import pytest
+from a2a.client import A2ACardResolver
 from a2a.helpers import new_data_part
 from a2a.types import (
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
     SendMessageRequest,
     TaskState,
 )
+from a2a.utils.errors import ContentTypeNotSupportedError
 
 from harness_core import (
     Artifact,
@@ -45,7 +49,8 @@ async def test_a_turn_sees_text_file_and_data_parts_with_metadata_and_sender(mak
         seen.append(ctx)
         return Complete("got it")
 
-    harness = make_harness(agent)
+    modes = ["text/plain", "image/*", "application/pdf", "application/json"]
+    harness = make_harness(agent, agent={"input_modes": modes})
     message = parts_message(
         Part(text="look at these"),
         Part(raw=b"\x89PNG\r\n", filename="pic.png", media_type="image/png"),
@@ -163,3 +168,33 @@ async def test_a_first_message_may_get_a_direct_reply_and_later_ones_complete(ma
     assert event.message.role == Role.ROLE_AGENT
     # A stream has already shown a task, so there the reply completes it.
     assert streamed[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_the_card_shows_the_declared_modes_and_a_part_of_another_type_is_refused(
+    make_harness,
+):
+    class Images:
+        input_modes = ("text/plain", "image/*")
+        output_modes = ("text/plain", "application/json")
+
+        async def turn(self, ctx: TurnContext) -> TurnResult:
+            return Complete("seen")
+
+    harness = make_harness(Images())
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        async with httpx.AsyncClient() as http:
+            card = await A2ACardResolver(http, url).get_agent_card()
+        fine = await send_blocking(
+            client, parts_message(Part(raw=b"GIF89a", filename="a.gif", media_type="image/gif"))
+        )
+        with pytest.raises(ContentTypeNotSupportedError) as refused:
+            await send_blocking(
+                client,
+                parts_message(Part(raw=b"%PDF", filename="a.pdf", media_type="application/pdf")),
+            )
+        listed = await client.list_tasks(ListTasksRequest())
+    assert list(card.default_input_modes) == ["text/plain", "image/*"]
+    assert list(card.default_output_modes) == ["text/plain", "application/json"]
+    assert fine.status.state == TaskState.TASK_STATE_COMPLETED
+    assert "does not accept application/pdf" in str(refused.value)
+    assert [t.id for t in listed.tasks] == [fine.id]  # the refused message started no task
