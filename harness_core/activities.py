@@ -9,8 +9,10 @@ with one attempt and the workflow owns the retries: an attempt that a worker sto
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import sqlite3
+from collections.abc import Awaitable, Callable, Generator
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -97,9 +99,25 @@ class AgentActivities:
 
         def read() -> list[tuple[Any, str | None]]:
             store = self.store
-            end = request.archived + len(request.messages)
-            store.put_messages(request.task_id, request.archived, request.messages, request.senders)
-            rows = store.messages_with_senders(request.task_id, max(0, end - HISTORY_WINDOW), end)
+            start = request.archived
+            end = start + len(request.messages)
+            try:
+                store.put_messages(request.task_id, start, request.messages, request.senders)
+                rows = store.messages_with_senders(
+                    request.task_id, max(0, end - HISTORY_WINDOW), end
+                )
+            except sqlite3.OperationalError as error:
+                # A store that takes no writes does not stop the turn: it sees its own messages
+                # (the workflow still holds the run's, and keeps them in its result at the end).
+                log.warning("task %s: the store refused its messages: %s", request.task_id, error)
+                senders = dict(request.senders)
+                earlier = store.messages_with_senders(
+                    request.task_id, max(0, end - HISTORY_WINDOW), start
+                )
+                rows = [
+                    *earlier,
+                    *((m, senders.get(str(m.get("messageId", "")))) for m in request.messages),
+                ]
             return [(self.blobs.restore(m), sender) for m, sender in rows]
 
         rows = await anyio.to_thread.run_sync(read)
@@ -155,12 +173,14 @@ class AgentActivities:
     @activity.defn(name=ARCHIVE)
     def archive(self, archive: Archive) -> None:
         self._check_agent(archive.agent_id, "the archive")
-        self.store.archive(archive)
+        with _store_errors():
+            self.store.archive(archive)
 
     @activity.defn(name=STORE_RECORD)
     def store_record(self, archive: Archive, record: TaskRecord) -> None:
         self._check_agent(record.agent_id, "the record")
-        self.store.store_final(archive, record)
+        with _store_errors():
+            self.store.store_final(archive, record)
 
     @activity.defn(name=HEARTBEAT)
     def heartbeat(self, agent_id: str) -> None:
@@ -176,6 +196,25 @@ class AgentActivities:
             self.store_record,
             self.heartbeat,
         ]
+
+
+@contextlib.contextmanager
+def _store_errors() -> Generator[None, None, None]:
+    """A store that cannot take writes (full disk, read-only file) will not take them on a retry:
+    the workflow stops trying (``StoreRefused``) and keeps the record in its result. A busy or
+    locked database is retried."""
+    try:
+        yield
+    except sqlite3.OperationalError as error:
+        text = str(error).lower()
+        if "full" in text or "readonly" in text or "read-only" in text or "disk i/o" in text:
+            log.error("the store %s refused a write: %s", activity.info().task_queue, error)
+            raise ApplicationError(
+                f"the agent's store refused the write: {error}",
+                type="StoreRefused",
+                non_retryable=True,
+            ) from None
+        raise
 
 
 async def _guarded(work: Callable[[], Awaitable[T]]) -> T:

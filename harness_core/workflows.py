@@ -361,7 +361,7 @@ class TaskWorkflow:
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(
                     maximum_attempts=STORE_ATTEMPTS,
-                    non_retryable_error_types=["WrongAgent", "StoreFull"],
+                    non_retryable_error_types=["WrongAgent", "StoreRefused"],
                 ),
             )
         except ActivityError:

@@ -14,13 +14,13 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from a2a.types import TaskState
+from a2a.types import GetTaskRequest, TaskState
 
 from harness_core import Complete, TurnContext
 from harness_core.agents.turn import TurnResult
 from harness_core.tasks import derive_task_id
 from tests.conftest import a2a_client, free_port, serving, user_message
-from tests.integration.test_a2a_methods import HELD, send_immediately, wait_for_state
+from tests.integration.test_a2a_methods import HELD, send_blocking, send_immediately, wait_for_state
 from tests.integration.test_cli import Server, rpc, write_config
 
 pytestmark = pytest.mark.anyio
@@ -159,3 +159,19 @@ def test_a_sigkill_with_150_sends_in_flight_loses_no_accepted_message(tmp_path: 
     finally:
         second.kill()
     assert set(states.values()) == {"TASK_STATE_COMPLETED"}, states
+
+
+async def test_a_store_that_refuses_writes_leaves_the_record_in_the_workflows_result(make_harness):
+    harness = make_harness()
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        store = harness.tasks._store  # pyright: ignore[reportPrivateUsage]
+        # A real SQLite file that refuses every write, as a full disk would.
+        store._db.execute("PRAGMA query_only = ON")  # pyright: ignore[reportPrivateUsage]
+        task = await send_blocking(client, user_message("keep me anyway"))
+        with anyio.fail_after(30):
+            while (record := await harness.tasks._ended_record(task.id)) is None:  # pyright: ignore[reportPrivateUsage]
+                await anyio.sleep(0.05)
+        again = await client.get_task(GetTaskRequest(id=task.id))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert record.unstored is not None  # in the workflow's result, not the store
+    assert [m.parts[0].text for m in again.history] == ["keep me anyway", "keep me anyway"]
