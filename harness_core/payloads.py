@@ -274,6 +274,8 @@ class ModelStep:
     text: str
     tool_calls: tuple[ToolCallSpec, ...]
     response: Any
+    #: The answer as parts (a long one by reference); when set, it is the turn's final message.
+    message: tuple[ProtoJSON, ...] = ()
     #: Artifact chunks the live text was checkpointed as (large content by reference).
     emitted: tuple[tuple[str, ProtoJSON], ...] = ()
 

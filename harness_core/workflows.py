@@ -532,7 +532,9 @@ class TaskWorkflow:
             exchange.append(answer.response)
             if not answer.tool_calls or final:
                 return TurnOutcome(
-                    kind="complete", message=_text_message(answer.text), emitted=tuple(emitted)
+                    kind="complete",
+                    message=answer.message or _text_message(answer.text),
+                    emitted=tuple(emitted),
                 )
             results: list[Any] = []
             for spec in answer.tool_calls:

@@ -9,6 +9,7 @@ replaces the artifact. Live text deltas are coalesced into chunks of the respons
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -27,13 +28,15 @@ from harness_core.agents.turn import (
     TurnResult,
     parts_of,
 )
-from harness_core.blobs import BlobStore
+from harness_core.blobs import OFFLOAD_BYTES, BlobStore
 from harness_core.payloads import ProtoJSON, TurnOutcome
 
 __all__ = ["ActivityTurnContext", "outcome_of"]
 
 #: Live text is checkpointed as a chunk once this much has gathered.
 DELTA_CHUNK_BYTES = 8 * 1024
+#: Content a turn returns inline before everything else it emits goes to the blob store.
+INLINE_BUDGET = 256 * 1024
 
 
 class ActivityTurnContext:
@@ -63,11 +66,17 @@ class ActivityTurnContext:
         self._delta_bytes = 0
         self._delta_chunks = 0
         self._live_deltas = 0
+        self._inline = 0  # bytes of content this attempt returns inline
         self._publish = publish
 
     @property
     def task_id(self) -> str:
         return self._task_id
+
+    @property
+    def blobs(self) -> BlobStore:
+        """The agent's blob store (for content the activity keeps by reference)."""
+        return self._blobs
 
     @property
     def context_id(self) -> str:
@@ -95,7 +104,16 @@ class ActivityTurnContext:
         }
 
     def offload(self, parts: tuple[ProtoJSON, ...]) -> tuple[ProtoJSON, ...]:
-        return tuple(self._blobs.offload_part(p) for p in parts)
+        """Parts with large content in the blob store. Once the turn has emitted ``INLINE_BUDGET``
+        bytes inline (many small chunks of a long reply), every further part goes there too, so
+        what the turn returns stays far below Temporal's payload limit however much it emits."""
+        stored: list[ProtoJSON] = []
+        for part in parts:
+            threshold = OFFLOAD_BYTES if self._inline < INLINE_BUDGET else 0
+            kept = self._blobs.offload_part(part, threshold)
+            self._inline += len(json.dumps(kept, separators=(",", ":"), ensure_ascii=False))
+            stored.append(kept)
+        return tuple(stored)
 
     async def progress(self, key: str, message: str | Part | Sequence[Part]) -> None:
         if not key or key == "final" or (":" in key and key.split(":")[0] in {"ask", "auth"}):

@@ -11,6 +11,7 @@ provider's text.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from harness_core.agents.context import ActivityTurnContext
 from harness_core.agents.turn import TurnMessage
+from harness_core.blobs import BLOB_KEY, BlobStore
 from harness_core.payloads import (
     ModelStep,
     ModelStepInput,
@@ -32,6 +34,18 @@ if TYPE_CHECKING:
     from harness_core.agents.tools import LoadedTool
 
 __all__ = ["ModelLoop"]
+
+# Answers (and model responses) longer than this travel by reference.
+_INLINE_TEXT = 16 * 1024
+
+
+def _restore(item: Any, blobs: BlobStore) -> Any:
+    """An exchange entry as the model request needs it (a stored one read back)."""
+    if isinstance(item, dict):
+        entry = cast("dict[str, Any]", item)
+        if BLOB_KEY in entry:
+            return json.loads(blobs.get(str(entry[BLOB_KEY])))
+    return cast("Any", item)
 
 
 class ModelLoop:
@@ -86,7 +100,7 @@ class ModelLoop:
                     )
                 )
             else:
-                messages.extend(llm.load_messages([item]))
+                messages.extend(llm.load_messages([_restore(item, ctx.blobs)]))
         tools = [] if step.final else [tool.definition for tool in self._tools.values()]
         try:
             response = await llm.request(self._model, messages, tools, on_text_delta=ctx.delta)
@@ -111,11 +125,20 @@ class ModelLoop:
                 )
             )
         return ModelStep(
-            text=text,
+            # A long answer travels by reference, in ``message`` and in the exchange.
+            text=text if len(text) <= _INLINE_TEXT else "",
+            message=ctx.offload(({"text": text},)) if len(text) > _INLINE_TEXT else (),
             tool_calls=tuple(specs),
-            response=llm.dump_messages([response])[0],
+            response=self._stored(llm.dump_messages([response])[0], ctx),
             emitted=tuple(ctx.emitted),
         )
+
+    def _stored(self, response: Any, ctx: ActivityTurnContext) -> Any:
+        """A model response for the exchange: by reference when large (a long answer)."""
+        data = json.dumps(response, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(data) <= _INLINE_TEXT:
+            return response
+        return {BLOB_KEY: ctx.blobs.put(data)}
 
     async def call_tool(self, call: ToolCallInput) -> ToolCallOutput:
         from harness_core.agents.tools import ToolArgumentsError

@@ -150,3 +150,18 @@ async def test_cancelling_a_task_cancels_the_tool_call_in_flight(
                 await anyio.sleep(0.05)
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert len(server.requests) == 1  # the model was not asked again
+
+
+async def test_a_long_answer_travels_by_reference_and_arrives_whole(
+    make_harness, server: FakeServer, flavor: str
+):
+    deltas = [f"{n:05d}" + "y" * 995 for n in range(400)]  # 400 KB in 1 KB deltas
+    server.push(text_reply(*deltas))
+    harness = make_harness(model=llm_config(server, flavor))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("write a long one"))
+        whole = await client.get_task(GetTaskRequest(id=task.id))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert whole.status.message.parts[0].text == "".join(deltas)
+    response = next(a for a in whole.artifacts if a.name == "response")
+    assert "".join(p.text for p in response.parts) == "".join(deltas)

@@ -86,7 +86,8 @@ async def test_a_five_megabyte_artifact_completes_and_stays_readable(make_harnes
     blob = bytes(range(256)) * (5 * 4096)  # 5 MiB
 
     async def agent(ctx: TurnContext) -> TurnResult:
-        await ctx.delta("x" * 3_000_000)  # a long streamed reply, too
+        for _ in range(3000):  # a long reply, streamed in 1 KB deltas
+            await ctx.delta("x" * 1000)
         part = FilePart(data=blob, name="big.bin", media_type="application/octet-stream")
         return Complete("here", artifacts=[Artifact((part,), name="big")])
 
