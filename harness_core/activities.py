@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 from harness_core.agents.context import ActivityTurnContext, outcome_of
 from harness_core.agents.parts import message_from_json
 from harness_core.agents.turn import Agent, TurnMessage
-from harness_core.blobs import BlobStore
+from harness_core.blobs import BlobStore, has_blobs
 from harness_core.live import LIVE
 from harness_core.payloads import (
     Archive,
@@ -94,30 +94,37 @@ class AgentActivities:
             raise ApplicationError(message, type="WrongAgent", non_retryable=True)
 
     async def _history(self, request: TurnRequest) -> tuple[TurnMessage, ...]:
-        """The turn's messages: the new ones written to the store (at their positions, so a retry
-        changes nothing), then the task's latest ``HISTORY_WINDOW`` read back, content restored."""
+        """The turn's messages: the task's latest ``HISTORY_WINDOW``, content restored.
+
+        The request's messages are written to the store first when ``persist`` says so (at their
+        positions, so a retry changes nothing), and the history read back; otherwise they are
+        used as they are, after the earlier ones the store has. A short conversation's first
+        turn touches no file at all.
+        """
+        senders = dict(request.senders)
+        start = request.archived
+        end = start + len(request.messages)
+        inline = [(m, senders.get(str(m.get("messageId", "")))) for m in request.messages]
+        if not request.persist and start == 0 and not has_blobs(list(request.messages)):
+            return tuple(message_from_json(m, sender) for m, sender in inline)
 
         def read() -> list[tuple[Any, str | None]]:
             store = self.store
-            start = request.archived
-            end = start + len(request.messages)
-            try:
-                store.put_messages(request.task_id, start, request.messages, request.senders)
-                rows = store.messages_with_senders(
-                    request.task_id, max(0, end - HISTORY_WINDOW), end
-                )
-            except sqlite3.OperationalError as error:
-                # A store that takes no writes does not stop the turn: it sees its own messages
-                # (the workflow still holds the run's, and keeps them in its result at the end).
-                log.warning("task %s: the store refused its messages: %s", request.task_id, error)
-                senders = dict(request.senders)
-                earlier = store.messages_with_senders(
-                    request.task_id, max(0, end - HISTORY_WINDOW), start
-                )
-                rows = [
-                    *earlier,
-                    *((m, senders.get(str(m.get("messageId", "")))) for m in request.messages),
-                ]
+            first = max(0, end - HISTORY_WINDOW)
+            rows: list[tuple[Any, str | None]]
+            if request.persist:
+                try:
+                    store.put_messages(request.task_id, start, request.messages, request.senders)
+                    rows = store.messages_with_senders(request.task_id, first, end)
+                except sqlite3.OperationalError as error:
+                    # A store that takes no writes does not stop the turn: it sees its own
+                    # messages (the workflow still holds them, and keeps them in its result).
+                    log.warning(
+                        "task %s: the store refused its messages: %s", request.task_id, error
+                    )
+                    rows = [*store.messages_with_senders(request.task_id, first, start), *inline]
+            else:
+                rows = [*store.messages_with_senders(request.task_id, first, start), *inline]
             return [(self.blobs.restore(m), sender) for m, sender in rows]
 
         rows = await anyio.to_thread.run_sync(read)

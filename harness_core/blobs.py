@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from harness_core.errors import HarnessError
 
-__all__ = ["BLOB_KEY", "OFFLOAD_BYTES", "BlobMissingError", "BlobStore"]
+__all__ = ["BLOB_KEY", "OFFLOAD_BYTES", "BlobMissingError", "BlobStore", "has_blobs"]
 
 #: The part metadata key that marks content kept in the blob store.
 BLOB_KEY = "harness.blob"
@@ -135,6 +135,21 @@ class BlobStore:
     def restore(self, value: Any) -> Any:
         """A ProtoJSON message, artifact, event or task with every stored part restored."""
         return _map_parts(value, self.restore_part)
+
+
+def has_blobs(value: Any) -> bool:
+    """Whether any part under ``value`` keeps its content in the blob store (no I/O)."""
+    found = False
+
+    def look(part: dict[str, Any]) -> dict[str, Any]:
+        nonlocal found
+        metadata = part.get("metadata")
+        if isinstance(metadata, dict) and BLOB_KEY in metadata:
+            found = True
+        return part
+
+    _map_parts(value, look)
+    return found
 
 
 def _map_parts(value: Any, fn: Any) -> Any:

@@ -225,6 +225,9 @@ class TurnRequest:
     senders: tuple[tuple[str, str], ...] = ()
     #: The first message of a task may be answered with a direct Message and no task.
     may_reply: bool = False
+    #: Write ``messages`` to the store (their positions are then the store's). False while the
+    #: run's unwritten messages are few: the turn reads the rest and keeps these in memory.
+    persist: bool = True
 
 
 @attrs.frozen

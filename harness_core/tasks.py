@@ -35,7 +35,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from harness_core.blobs import BlobStore
+from harness_core.blobs import OFFLOAD_BYTES, BlobStore, has_blobs
 from harness_core.errors import (
     InvalidRequestValueError,
     TaskClosedError,
@@ -239,8 +239,13 @@ class TaskService:
         # Any agent's secret a client pasted is masked before the message is stored anywhere, and
         # large parts go to the blob store (the claim check) before anything reaches Temporal.
         redacted = cast("ProtoJSON", SECRETS.redact_json(message))
-        message = await anyio.to_thread.run_sync(self._blobs.offload, redacted)
-        size = len(json.dumps(message, separators=(",", ":")).encode())
+        size = len(json.dumps(redacted, separators=(",", ":")).encode())
+        if size > OFFLOAD_BYTES:
+            # Some part may be large: writing it to the blob store is file I/O.
+            message = await anyio.to_thread.run_sync(self._blobs.offload, redacted)
+            size = len(json.dumps(message, separators=(",", ":")).encode())
+        else:
+            message = redacted
         if size > MAX_MESSAGE_BYTES:
             raise InvalidRequestValueError(
                 f"the message is {size} bytes without its file contents; at most "
@@ -550,6 +555,8 @@ class TaskService:
 
     async def restore(self, value: T) -> T:
         """A view's or event's content with every stored part back in place (for clients)."""
+        if not has_blobs(value):
+            return value
         return cast("T", await anyio.to_thread.run_sync(self._blobs.restore, value))
 
     async def events(self, task_id: str, after: int, participant: str | None) -> EventPage | None:

@@ -79,6 +79,9 @@ CLOSED_TASK = "task is closed"
 #: twice as many, which only a flood during one turn reaches.
 RUN_MESSAGES = 200
 RUN_BYTES = 512 * 1024
+#: A turn is given the run's unwritten messages inline up to this many bytes (no store write on
+#: a short conversation's turns); past it, it writes them to the store and reads its history there.
+INLINE_HISTORY = 8 * 1024
 #: Attempts of a turn (or a model request) that failed by itself; stops and crashes do not count.
 TURN_ATTEMPTS = 3
 #: A tool's attempts when it is idempotent (one otherwise).
@@ -400,6 +403,8 @@ class TaskWorkflow:
         self._turns += 1
         if self._state != "TASK_STATE_WORKING":
             self._emit_status("TASK_STATE_WORKING")
+        unwritten = self._history[self._persisted :]
+        persist = _json_size(unwritten) > INLINE_HISTORY
         request = TurnRequest(
             agent_id=start.agent_id,
             task_id=start.task_id,
@@ -414,10 +419,12 @@ class TaskWorkflow:
                 if (p := self._senders.get(m)) is not None
             ),
             may_reply=self._turns == 1 and self._archived_events == 0 and len(self._events) <= 1,
+            persist=persist,
         )
         self._may_reply = request.may_reply
-        # The turn's activity writes these messages to the store before reading its history.
-        self._persisted = len(self._history)
+        if persist:
+            # The turn's activity writes these messages to the store before reading its history.
+            self._persisted = len(self._history)
         try:
             if start.loop == "llm":
                 outcome = await self._llm_turn(start, request, local)
