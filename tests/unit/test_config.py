@@ -527,3 +527,59 @@ def test_ui_dir_is_resolved_beside_the_file_and_must_be_an_existing_directory(
     assert "bad.toml" in message
     assert "server.ui_dir" in message
     assert "must be an existing directory" in message
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('kind = "openai"', "'model.name' is required when model.kind = \"openai\""),
+        ('kind = "echo"\nname = "m"', "'model.name' is only used when model.kind is"),
+        ('kind = "openai"\nname = "m"\napi_key = "sk-1"', "'model.api_key' is refused"),
+        ('kind = "openai"\nname = "m"\napi_key_env = "sk-live-1"', "not the key itself"),
+        ('kind = "openai"\nname = "m"\ntools = ["nope"]', "'model.tools[0]' is 'nope'"),
+        ('kind = "python"', "'model.factory' is required"),
+        ('kind = "echo"\nfactory = "a.b:c"', "'model.factory' is only used"),
+        ('kind = "openai"\nname = "m"\nmax_steps = 0', "'model.max_steps' is 0"),
+        ('kind = "openai"\nname = "m"\nbase_url = "ftp://x"', "'model.base_url' is 'ftp://x'"),
+    ],
+)
+def test_a_wrong_model_section_names_the_key_and_what_is_allowed(
+    tmp_path: Path, body: str, expected: str
+) -> None:
+    message = error_for(tmp_path, f"[model]\n{body}\n")
+    assert expected in message
+    assert "sk-1" not in message and "sk-live-1" not in message
+
+
+def test_a_model_server_configuration_loads_and_its_key_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(
+        tmp_path,
+        """
+        [agent]
+        input_modes = ["text/plain", "image/*"]
+
+        [model]
+        kind = "anthropic"
+        name = "claude-x"
+        api_key_env = "TEST_MODEL_KEY"
+        system = "Be brief."
+        tools = ["my_pkg.tools:lookup"]
+        turn_budget = "2m"
+        """,
+    )
+    settings = load_settings(path)
+    assert settings.model.is_llm
+    assert settings.model.turn_budget == 120.0
+    assert settings.agent.input_modes == ("text/plain", "image/*")
+    with pytest.raises(ConfigError, match="TEST_MODEL_KEY is not set"):
+        settings.model_api_key()
+    monkeypatch.setenv("TEST_MODEL_KEY", " sk-from-env\n")
+    assert settings.model_api_key() == "sk-from-env"
+    assert settings.blobs_path == tmp_path / ".harness" / "harness-blobs"
+
+
+def test_a_malformed_media_type_is_refused(tmp_path: Path) -> None:
+    message = error_for(tmp_path, '[agent]\ninput_modes = ["images"]\n')
+    assert "'agent.input_modes[0]' is 'images': must be a media type" in message
