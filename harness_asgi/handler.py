@@ -56,6 +56,7 @@ from a2a.utils.errors import (
     PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
+    UnsupportedOperationError,
 )
 from a2a.utils.task import apply_history_length
 from google.protobuf.json_format import MessageToDict, ParseDict
@@ -65,7 +66,7 @@ from harness_core import errors
 from harness_core.agents.modes import refused_media_types
 from harness_core.harness import Harness
 from harness_core.live import LIVE, LiveEvent
-from harness_core.payloads import TaskEvent, TaskView
+from harness_core.payloads import TERMINAL_STATES, TaskEvent, TaskView
 from harness_core.tasks import FOLLOW_FIRST_DELAY, FOLLOW_MAX_DELAY, TaskService
 
 __all__ = ["SEQ_KEY", "HarnessRequestHandler"]
@@ -158,11 +159,12 @@ def _reader(context: ServerCallContext) -> str | None:
     return identity.participant
 
 
-def _last_event_id(context: ServerCallContext) -> int:
+def _last_event_id(context: ServerCallContext) -> int | None:
+    """The ``Last-Event-ID`` a resubscribing client sent, or None when it sent none."""
     headers = cast("dict[str, str] | None", context.state.get("headers"))
     text = (headers or {}).get("last-event-id", "").strip()
     if not text:
-        return 0
+        return None
     # harness.seq travels in a protobuf Struct, so clients may echo it as "3.0".
     try:
         seq = float(text)
@@ -275,36 +277,56 @@ class HarnessRequestHandler(RequestHandler):
                     page = await tasks.poll(task_id, after, participant)
                     protos = [await _event_proto(tasks, event) for event in page.events]
                 # Whatever an attempt emitted live was published before its durable copy could
-                # be read, so it is pending now: show it, then skip the copies of what it covers.
-                for event in live.drain():
-                    if live.overflowed:
-                        break
+                # be read, so it is pending now. It is shown where it happened: after the stored
+                # events before it, and in place of its own copy.
+                drained = [] if live.overflowed else live.drain()
+                for event in drained:
                     shown.note(event)
-                    with _a2a_errors(operation):
-                        proto = await _event_proto(
-                            tasks, TaskEvent(after, _kind(event), event.body)
-                        )
-                    yield proto
+                pending = list(drained)
                 for event, proto in zip(page.events, protos, strict=True):
+                    covered = shown.covers(event) and not live.overflowed
+                    if covered and pending:
+                        async for live_proto in self._live_protos(pending, after, operation):
+                            yield live_proto
+                        pending.clear()
                     after = event.seq
-                    if not (shown.covers(event) and not live.overflowed):
+                    if not covered:
                         yield proto
+                async for live_proto in self._live_protos(pending, after, operation):
+                    yield live_proto
                 if page.view.settled:
                     return
                 delay = FOLLOW_FIRST_DELAY if page.events else min(delay * 1.5, FOLLOW_MAX_DELAY)
                 await live.wait(delay)
 
+    async def _live_protos(
+        self, events: list[LiveEvent], after: int, operation: str
+    ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent, None]:
+        tasks = self._harness.tasks
+        for event in events:
+            with _a2a_errors(operation):
+                proto = await _event_proto(tasks, TaskEvent(after, _kind(event), event.body))
+            yield proto
+
     @validate_request_params
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        after = _last_event_id(context)
+        resume = _last_event_id(context)
+        after = resume or 0
         participant = _reader(context)
         with _a2a_errors("SubscribeToTask"):
             tasks = self._harness.tasks
             page = await tasks.events(params.id, after, participant)
             if page is None:
                 raise TaskNotFoundError()
+            if resume is None and page.view.state in TERMINAL_STATES:
+                # A2A 1.0 3.1.6: an ended task cannot be subscribed to. A client resuming a
+                # stream it lost (Last-Event-ID) still gets the rest of it.
+                raise UnsupportedOperationError(
+                    message=f"task {params.id} has ended ({page.view.state}); read it with "
+                    "GetTask, or resume a lost stream with Last-Event-ID"
+                )
             if after > page.view.last_seq:
                 raise InvalidParamsError(
                     message=f"Last-Event-ID {after} is past the task's last event "

@@ -127,7 +127,7 @@ class HeartbeatConfig:
 class ModelConfig:
     """``[model]``: what answers each turn: a built-in agent, a model server, or Python code."""
 
-    kind: Literal["echo", "scripted", "openai", "anthropic", "python"] = "echo"
+    kind: Literal["echo", "scripted", "tck", "openai", "anthropic", "python"] = "echo"
     name: str | None = None  # openai/anthropic: the provider's model name
     base_url: str | None = None  # openai/anthropic: another server (Ollama, vLLM, a proxy)
     api_key_env: str | None = None  # openai/anthropic: the NAME of the variable holding the key
@@ -227,23 +227,14 @@ class Settings:
         Returns None when no variable is configured. Raises :class:`ConfigError` naming the
         variable, never a value, when it is unset or empty.
         """
-        name = self.temporal.api_key_env
-        if name is None:
-            return None
-        value = os.environ.get(name)
-        if value is None or not value.strip():
-            state = "not set" if value is None else "empty"
-            raise ConfigError(
-                f"{self._label}: environment variable {name} is {state}; it must hold the "
-                "Temporal API key (temporal.api_key_env names it)"
-            )
-        # A trailing newline from `$(cat keyfile)` would otherwise end up in the auth header.
-        return value.strip()
+        return self._secret(self.temporal.api_key_env, "Temporal API key", "temporal.api_key_env")
 
     def model_api_key(self) -> str | None:
         """Read the model server's API key from the variable ``model.api_key_env`` names (None
         when no variable is configured); the error names the variable, never a value."""
-        name = self.model.api_key_env
+        return self._secret(self.model.api_key_env, "model server's API key", "model.api_key_env")
+
+    def _secret(self, name: str | None, what: str, key: str) -> str | None:
         if name is None:
             return None
         value = os.environ.get(name)
@@ -251,8 +242,9 @@ class Settings:
             state = "not set" if value is None else "empty"
             raise ConfigError(
                 f"{self._label}: environment variable {name} is {state}; it must hold the "
-                "model server's API key (model.api_key_env names it)"
+                f"{what} ({key} names it)"
             )
+        # A trailing newline from `$(cat keyfile)` would otherwise end up in the auth header.
         return value.strip()
 
     @property

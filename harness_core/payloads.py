@@ -333,3 +333,5 @@ class TaskRecord:
     #: The last run's messages and events when the store could not take them: the record then
     #: lives here, in the workflow's result.
     unstored: Archive | None = None
+    #: The direct Message the agent answered the first message with (a retry gets it again).
+    reply: ProtoJSON | None = None

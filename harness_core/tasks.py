@@ -310,11 +310,25 @@ class TaskService:
             if exc.status == RPCStatusCode.ALREADY_EXISTS or _not_found(exc):
                 return await self._closed_delivery(task_id, inbound)
             raise
-        return self._delivered(task_id, receipt)
+        return await self._delivered(task_id, receipt)
 
-    def _delivered(self, task_id: str, receipt: Receipt) -> Delivery:
+    async def _delivered(self, task_id: str, receipt: Receipt) -> Delivery:
         """The sender's answer, from the receipt alone (no read of the task): its status, this
-        exchange's messages and the artifacts it produced. GetTask shows the whole task."""
+        exchange's messages and the artifacts it produced. GetTask shows the whole task.
+
+        A retry of a message the task already had gets the whole task instead: its exchange
+        happened before the receipt's cursor.
+        """
+        if receipt.duplicate:
+            view = await self._view(task_id)
+            if view is not None:
+                return Delivery(
+                    task_id=task_id,
+                    duplicate=True,
+                    cursor=receipt.cursor,
+                    view=view,
+                    reply=receipt.reply,
+                )
         task = self._assemble(
             task_id,
             receipt.context_id,
@@ -378,7 +392,7 @@ class TaskService:
                 if not _not_found(exc):
                     raise
                 return await self._closed_delivery(task_id, inbound)
-            return self._delivered(task_id, receipt)
+            return await self._delivered(task_id, receipt)
 
     async def _ended_record(self, task_id: str) -> TaskRecord | None:
         """An ended task's record: from the store, else from its closed workflow's result.
@@ -423,7 +437,9 @@ class TaskService:
                 f"message id {message_id} was already used for another message"
             )
         view = await self._record_view(record)
-        return Delivery(task_id=task_id, duplicate=True, cursor=record.events, view=view)
+        return Delivery(
+            task_id=task_id, duplicate=True, cursor=record.events, view=view, reply=record.reply
+        )
 
     def _remember(self, task_id: str) -> None:
         now = time.monotonic()

@@ -356,6 +356,7 @@ class TaskWorkflow:
             updated_at=str(self._status.get("timestamp", self._now())),
             messages=self._archived_messages + len(self._history),
             events=self._last_seq(),
+            reply=self._reply,
         )
         try:
             await workflow.execute_activity(

@@ -39,6 +39,11 @@ def agent_from_config(settings: Settings) -> Agent | None:
         return ScriptedModel(model.replies, delay=model.delay)
     if model.kind == "echo":
         return EchoModel(delay=model.delay)
+    if model.kind == "tck":
+        # The A2A TCK's message-id scenarios, on the public turn API (docs/conformance.md).
+        from harness_core.agents.tck import TckAgent
+
+        return TckAgent()
     if model.kind == "python":
         factory = _import(str(model.factory), "model.factory", label)
         try:

@@ -25,7 +25,12 @@ from a2a.types import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError, TaskNotFoundError
+from a2a.utils.errors import (
+    InvalidParamsError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 
 from harness_core import Gate, Harness, HarnessGroup, ScriptedModel, TurnOutput
 from tests.conftest import a2a_client, agent_settings, serving, user_message
@@ -197,7 +202,12 @@ async def test_subscribe_replays_every_event_from_the_start_and_resumes_after_la
                 client.send_message(SendMessageRequest(message=user_message("hi")))
             )
             task_id = sent[0].task.id
-            replay = await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+            # A2A 1.0 3.1.6: an ended task cannot be subscribed to ...
+            with pytest.raises(UnsupportedOperationError):
+                await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
+        # ... but a client resuming a stream it lost gets the rest of it, from any point.
+        async with a2a_client(url, headers={"Last-Event-ID": "0"}) as again:
+            replay = await collect(again.subscribe(SubscribeToTaskRequest(id=task_id)))
         async with a2a_client(url, headers={"Last-Event-ID": "2"}) as resumed:
             tail = await collect(resumed.subscribe(SubscribeToTaskRequest(id=task_id)))
     assert kinds(replay) == ["task", "status_update", "artifact_update", "status_update"]
@@ -233,7 +243,7 @@ async def test_a_client_that_disconnects_mid_stream_neither_cancels_nor_loses_th
         task_id = first.task.id
         await gate.wait_entered()
         gate.release()
-        async with a2a_client(url) as client:
+        async with a2a_client(url, headers={"Last-Event-ID": "0"}) as client:
             task = await wait_for_state(client, task_id, TaskState.TASK_STATE_COMPLETED)
             replay = await collect(client.subscribe(SubscribeToTaskRequest(id=task_id)))
     assert task.artifacts[0].parts[0].text == "finished anyway"
@@ -333,7 +343,7 @@ async def test_subscribe_replays_an_ended_task_after_the_agent_restarted(
     async with serving(first) as url, a2a_client(url) as client:
         sent = await collect(client.send_message(SendMessageRequest(message=user_message("keep"))))
     again = Harness(settings)  # the same agent and store, a new process life
-    async with serving(again) as url, a2a_client(url) as client:
+    async with serving(again) as url, a2a_client(url, headers={"Last-Event-ID": "0"}) as client:
         replay = await collect(client.subscribe(SubscribeToTaskRequest(id=sent[0].task.id)))
         task = await client.get_task(GetTaskRequest(id=sent[0].task.id))
     assert replay[1:] == sent[1:]

@@ -63,7 +63,7 @@ async def test_progress_and_deltas_reach_the_stream_while_the_turn_runs(make_har
             live.extend(seen)
             release.set()
         task_id = seen[0].task.id
-        async with a2a_client(url) as again:
+        async with a2a_client(url, headers={"Last-Event-ID": "0"}) as again:
             replay = await collect(again.subscribe(SubscribeToTaskRequest(id=task_id)))
     progress = f"{task_id}:step:1"
     assert any(

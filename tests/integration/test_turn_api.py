@@ -198,3 +198,23 @@ async def test_the_card_shows_the_declared_modes_and_a_part_of_another_type_is_r
     assert fine.status.state == TaskState.TASK_STATE_COMPLETED
     assert "does not accept application/pdf" in str(refused.value)
     assert [t.id for t in listed.tasks] == [fine.id]  # the refused message started no task
+
+
+async def test_a_retried_message_gets_the_same_answer_a_reply_or_the_whole_task(make_harness):
+    async def agent(ctx: TurnContext) -> TurnResult:
+        text = ctx.new_messages[-1].text
+        if text == "hi":
+            return Reply("hello")
+        return Complete("made", artifacts=[Artifact((TextPart("the thing"),), name="thing")])
+
+    harness = make_harness(agent)
+    greeting, order = user_message("hi"), user_message("make it")
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        answers = []
+        for message in (greeting, greeting, order, order):
+            (answer,) = [e async for e in client.send_message(SendMessageRequest(message=message))]
+            answers.append(answer)
+    first, retried, made, made_again = answers
+    assert first.message.parts[0].text == retried.message.parts[0].text == "hello"
+    assert made_again.task.id == made.task.id
+    assert [a.name for a in made_again.task.artifacts] == ["thing"]
