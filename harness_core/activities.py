@@ -48,7 +48,7 @@ T = TypeVar("T")
 # A regular (non-local) activity heartbeats this often, well inside its 10 s heartbeat timeout, so a
 # worker that dies mid-turn is noticed in seconds and the turn retried elsewhere; a cancel of the task
 # reaches the turn with the heartbeat's answer.
-_HEARTBEAT_EVERY = 2.0
+_HEARTBEAT_EVERY = 1.0
 #: The most messages a turn is given: the task's latest ones.
 HISTORY_WINDOW = 400
 

@@ -87,6 +87,10 @@ async def run_worker(
                 interceptors=[AgentContextInterceptor(activities.agent_id)],
                 workflow_runner=_RUNNER,
                 graceful_shutdown_timeout=timedelta(seconds=graceful_timeout),
+                # A cancel reaches a running turn, model request or tool call with a heartbeat's
+                # answer: send them at least every second (Temporal's default waits up to 80 % of
+                # the heartbeat timeout, 8 s here).
+                max_heartbeat_throttle_interval=timedelta(seconds=1),
             )
 
         worker = await connection.bridge.call(build)

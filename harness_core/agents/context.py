@@ -23,7 +23,6 @@ from harness_core.agents.turn import (
     Part,
     Reject,
     Reply,
-    TextPart,
     TurnMessage,
     TurnResult,
     parts_of,
@@ -230,7 +229,3 @@ def outcome_of(result: TurnResult, ctx: ActivityTurnContext) -> TurnOutcome:
         artifacts=tuple(artifacts),
         emitted=tuple(ctx.emitted),
     )
-
-
-def text_of(parts: tuple[Part, ...]) -> str:
-    return "\n".join(p.text for p in parts if isinstance(p, TextPart))

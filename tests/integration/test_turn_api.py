@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 
+import anyio
 import httpx
 import pytest
 from a2a.client import A2ACardResolver
 from a2a.helpers import new_data_part
 from a2a.types import (
+    CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
     Message,
@@ -33,7 +36,7 @@ from harness_core import (
 )
 from harness_core.agents.turn import TurnResult
 from tests.conftest import a2a_client, serving, user_message
-from tests.integration.test_a2a_methods import HELD, collect, kinds, send_blocking
+from tests.integration.test_a2a_methods import HELD, collect, kinds, send_blocking, send_immediately
 
 pytestmark = pytest.mark.anyio
 
@@ -218,3 +221,28 @@ async def test_a_retried_message_gets_the_same_answer_a_reply_or_the_whole_task(
     assert first.message.parts[0].text == retried.message.parts[0].text == "hello"
     assert made_again.task.id == made.task.id
     assert [a.name for a in made_again.task.artifacts] == ["thing"]
+
+
+async def test_cancelling_a_task_cancels_its_running_turn(make_harness):
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def agent(ctx: TurnContext) -> TurnResult:
+        started.set()
+        try:
+            await anyio.sleep(60)
+        except BaseException:
+            cancelled.set()
+            raise
+        return Complete("too late")
+
+    harness = make_harness(agent, model=HELD)
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_immediately(client, user_message("take a minute"))
+        with anyio.fail_after(30):
+            while not started.is_set():
+                await anyio.sleep(0.01)
+        canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
+        with anyio.fail_after(30):
+            while not cancelled.is_set():
+                await anyio.sleep(0.02)
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
