@@ -88,6 +88,8 @@ TURN_ATTEMPTS = 3
 TOOL_ATTEMPTS = 3
 #: Attempts of a store write before the record stays in the workflow's result.
 STORE_ATTEMPTS = 5
+# Patches (docs/workflows.md): the final record is stored by a local activity.
+_LOCAL_STORE_RECORD = "store-record-local"
 # Failure types that say the worker, not the agent, stopped the attempt.
 _WORKER_STOPPED = "WorkerStopped"
 _NO_RETRY = RetryPolicy(maximum_attempts=1)
@@ -358,17 +360,27 @@ class TaskWorkflow:
             events=self._last_seq(),
             reply=self._reply,
         )
+        retry = RetryPolicy(
+            maximum_attempts=STORE_ATTEMPTS,
+            non_retryable_error_types=["WrongAgent", "StoreRefused"],
+        )
         try:
-            await workflow.execute_activity(
-                STORE_RECORD,
-                args=[archive, record],
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=STORE_ATTEMPTS,
-                    non_retryable_error_types=["WrongAgent", "StoreRefused"],
-                ),
-            )
-        except ActivityError:
+            if workflow.patched(_LOCAL_STORE_RECORD):
+                # In the workflow task that ends the turn: no round trip through the task queue.
+                await workflow.execute_local_activity(
+                    STORE_RECORD,
+                    args=[archive, record],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=retry,
+                )
+            else:
+                await workflow.execute_activity(
+                    STORE_RECORD,
+                    args=[archive, record],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=retry,
+                )
+        except (ActivityError, ApplicationError):
             workflow.logger.error(
                 "task %s: its record could not be stored; it stays in the workflow's result",
                 start.task_id,
