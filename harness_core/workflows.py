@@ -93,6 +93,8 @@ _LOCAL_STORE_RECORD = "store-record-local"
 # Failure types that say the worker, not the agent, stopped the attempt.
 _WORKER_STOPPED = "WorkerStopped"
 _NO_RETRY = RetryPolicy(maximum_attempts=1)
+# The longest Retry-After a provider may impose on a turn.
+_MAX_ASKED_DELAY = 60.0
 _HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 
 
@@ -116,6 +118,14 @@ def _not_counted(error: BaseException) -> bool:
         TimeoutType.HEARTBEAT,
         TimeoutType.SCHEDULE_TO_START,
     )
+
+
+def _asked_delay(error: BaseException) -> float:
+    """The wait a failure asked for (``next_retry_delay``), in seconds; 0 when none."""
+    cause = error.__cause__ if isinstance(error, ActivityError) else error
+    if isinstance(cause, ApplicationError) and cause.next_retry_delay is not None:
+        return cause.next_retry_delay.total_seconds()
+    return 0.0
 
 
 def _failure_type(error: BaseException) -> str:
@@ -517,9 +527,10 @@ class TaskWorkflow:
                 failures += 1
                 if failures >= attempts or not _retryable(error):
                     raise
-                await workflow.sleep(
-                    timedelta(seconds=delay * (0.8 + 0.4 * workflow.random().random()))
-                )
+                wait = delay * (0.8 + 0.4 * workflow.random().random())
+                # A provider that said when to come back (Retry-After) is asked no sooner.
+                asked = _asked_delay(error)
+                await workflow.sleep(timedelta(seconds=max(wait, min(asked, _MAX_ASKED_DELAY))))
                 delay = min(delay * 2, 10.0)
 
     async def _llm_turn(

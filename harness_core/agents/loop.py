@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from temporalio.exceptions import ApplicationError
@@ -109,6 +110,9 @@ class ModelLoop:
                 error.message,
                 type="ModelRefused" if not error.retryable else "ModelUnavailable",
                 non_retryable=not error.retryable,
+                next_retry_delay=(
+                    timedelta(seconds=error.retry_after) if error.retry_after is not None else None
+                ),
             ) from None
         text, calls = llm.response_summary(response)
         ctx.finish()

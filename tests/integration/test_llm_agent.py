@@ -165,3 +165,28 @@ async def test_a_long_answer_travels_by_reference_and_arrives_whole(
     assert whole.status.message.parts[0].text == "".join(deltas)
     response = next(a for a in whole.artifacts if a.name == "response")
     assert "".join(p.text for p in response.parts) == "".join(deltas)
+
+
+async def test_a_rate_limited_request_waits_as_asked_and_then_completes(
+    make_harness, server: FakeServer, flavor: str
+):
+    server.push(error_reply(429, retry_after=1), text_reply("after the wait"))
+    harness = make_harness(model=llm_config(server, flavor))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("hello"))
+        connection = harness.tasks.connection
+
+        async def history() -> Any:
+            return await connection.client.get_workflow_handle(task.id).fetch_history()
+
+        events = (await connection.bridge.call(history)).events
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == "after the wait"
+    assert len(server.requests) == 2
+    # The workflow waited as long as the provider asked (Retry-After: 1) before asking again.
+    timers = [
+        e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+        for e in events
+        if e.HasField("timer_started_event_attributes")
+    ]
+    assert [t.total_seconds() for t in timers] == [1.0]
