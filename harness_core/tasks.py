@@ -487,22 +487,23 @@ class TaskService:
             task["artifacts"] = artifacts
         return task
 
+    def _record_rows(self, record: TaskRecord, after: int) -> list[TaskEvent]:
+        """An ended task's events after ``after`` (in a worker thread): from the store, and from the
+        workflow's result for a last run the store did not take."""
+        unstored = record.unstored
+        if unstored is None:
+            return self._store.events(record.task_id, after, record.events)
+        first_seq = unstored.events[0].seq if unstored.events else record.events + 1
+        stored = self._store.events(record.task_id, after, first_seq - 1)
+        return [*stored, *(e for e in unstored.events if e.seq > after)]
+
     async def _record_view(self, record: TaskRecord) -> TaskView:
         def read() -> ProtoJSON:
             messages = self._store.messages(record.task_id, 0, record.messages)
-            events = self._store.events(record.task_id, 0, record.events)
             unstored = record.unstored
             if unstored is not None:
                 messages = [*messages[: unstored.first_message], *unstored.messages]
-                events = [
-                    *(
-                        e
-                        for e in events
-                        if e.seq
-                        <= (unstored.events[0].seq - 1 if unstored.events else record.events)
-                    ),
-                    *unstored.events,
-                ]
+            events = self._record_rows(record, 0)
             return self._assemble(
                 record.task_id, record.context_id, record.status, messages, events
             )
@@ -586,13 +587,22 @@ class TaskService:
             return EventPage(events=(), view=view)
         return EventPage(events=page.events, view=view)
 
+    async def _record_events(self, record: TaskRecord, after: int) -> EventPage:
+        """An ended task's events after ``after``, and its state (not its history)."""
+        events = await anyio.to_thread.run_sync(self._record_rows, record, after)
+        view = TaskView(
+            task={"id": record.task_id, "contextId": record.context_id, "status": record.status},
+            last_seq=record.events,
+            closed=True,
+            participants=record.participants,
+            agent_id=record.agent_id,
+        )
+        return EventPage(events=tuple(events), view=view)
+
     async def _events_after(self, task_id: str, after: int) -> EventPage | None:
         record = await self._record(task_id)
         if record is not None:
-            events = await anyio.to_thread.run_sync(
-                self._store.events, task_id, after, record.events
-            )
-            return EventPage(events=tuple(events), view=await self._record_view(record))
+            return await self._record_events(record, after)
         tail = await self._tail(task_id, after, 2**62)
         if tail is None:
             return None
@@ -615,9 +625,7 @@ class TaskService:
         ended = await self._ended_record(task_id)
         if ended is None or not may_access(ended.participants, participant):
             raise TaskNotFoundError(f"task {task_id} not found")
-        view = await self._record_view(ended)
-        events = await anyio.to_thread.run_sync(self._store.events, task_id, after, ended.events)
-        return EventPage(events=tuple(events), view=view)
+        return await self._record_events(ended, after)
 
     async def follow(self, task_id: str, after: int, participant: str | None) -> EventPage:
         """Wait for durable events after ``after`` (or for the task to settle) and return them,
