@@ -363,6 +363,12 @@ class HarnessRequestHandler(RequestHandler):
             state = TaskState.Name(params.status) if params.status else ""
         except ValueError:
             raise InvalidParamsError(message="status is not a TaskState") from None
+        if params.HasField("history_length") and params.history_length < 0:
+            raise InvalidParamsError(message="historyLength must not be negative")
+        status_after: int | None = None
+        if params.HasField("status_timestamp_after"):
+            stamp = params.status_timestamp_after
+            status_after = stamp.seconds * 1_000_000 + stamp.nanos // 1000
         identity = identity_of(context)
         if not identity.admitted:
             return ListTasksResponse(page_size=page_size)
@@ -372,19 +378,18 @@ class HarnessRequestHandler(RequestHandler):
                 participant=identity.participant,
                 context_id=params.context_id,
                 state=state,
+                status_after=status_after,
                 page_size=page_size,
                 page_token=params.page_token,
+                history=params.history_length if params.HasField("history_length") else None,
+                artifacts=params.include_artifacts,
             )
         response = ListTasksResponse(
             next_page_token=next_token, page_size=page_size, total_size=total
         )
         for view in views:
             with _a2a_errors("ListTasks"):
-                proto = await _task_proto(tasks, view)
-            task = apply_history_length(proto, params)
-            if not params.include_artifacts:
-                task.ClearField("artifacts")
-            response.tasks.append(task)
+                response.tasks.append(await _task_proto(tasks, view))
         return response
 
     @validate_request_params

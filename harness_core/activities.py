@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import anyio
+import attrs
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -28,6 +29,7 @@ from harness_core.blobs import BlobStore, has_blobs
 from harness_core.live import LIVE
 from harness_core.payloads import (
     Archive,
+    IndexEntry,
     ModelStep,
     ModelStepInput,
     TaskRecord,
@@ -38,7 +40,16 @@ from harness_core.payloads import (
 )
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
-from harness_core.workflows import ARCHIVE, HEARTBEAT, MODEL_STEP, RUN_TURN, STORE_RECORD, TOOL_CALL
+from harness_core.workflows import (
+    ARCHIVE,
+    CHECKPOINT,
+    HEARTBEAT,
+    MODEL_STEP,
+    RUN_TURN,
+    STORE_RECORD,
+    TASK_CANCELED,
+    TOOL_CALL,
+)
 
 __all__ = ["HISTORY_WINDOW", "AgentActivities", "LlmLoop"]
 
@@ -47,8 +58,8 @@ T = TypeVar("T")
 
 # A regular (non-local) activity heartbeats this often, well inside its 10 s heartbeat timeout, so a
 # worker that dies mid-turn is noticed in seconds and the turn retried elsewhere; a cancel of the task
-# reaches the turn with the heartbeat's answer.
-_HEARTBEAT_EVERY = 1.0
+# reaches the turn with the heartbeat's answer, or from the index, which is looked at as often.
+_WATCH_EVERY = 0.5
 #: The most messages a turn is given: the task's latest ones.
 HISTORY_WINDOW = 400
 
@@ -96,37 +107,42 @@ class AgentActivities:
     async def _history(self, request: TurnRequest) -> tuple[TurnMessage, ...]:
         """The turn's messages: the task's latest ``HISTORY_WINDOW``, content restored.
 
-        The request's messages are written to the store first when ``persist`` says so (at their
-        positions, so a retry changes nothing), and the history read back; otherwise they are
-        used as they are, after the earlier ones the store has. A short conversation's first
-        turn touches no file at all.
+        First the listing index learns that the turn started: the request's messages and the
+        task's new events are written to the store with its state (at their positions, so a retry
+        changes nothing). Earlier messages are read from the store; the request's own are used as
+        they are. A store that takes no writes does not stop the turn.
         """
         senders = dict(request.senders)
         start = request.archived
         end = start + len(request.messages)
         inline = [(m, senders.get(str(m.get("messageId", "")))) for m in request.messages]
-        if not request.persist and start == 0 and not has_blobs(list(request.messages)):
-            return tuple(message_from_json(m, sender) for m, sender in inline)
+        entry = request.index
+        if entry is not None:
+            archive = attrs.evolve(
+                entry.archive,
+                first_message=start,
+                messages=request.messages,
+                senders=request.senders,
+            )
+            entry = attrs.evolve(entry, archive=archive)
 
         def read() -> list[tuple[Any, str | None]]:
             store = self.store
-            first = max(0, end - HISTORY_WINDOW)
-            rows: list[tuple[Any, str | None]]
-            if request.persist:
-                try:
+            try:
+                if entry is not None:
+                    store.checkpoint(entry)
+                elif request.persist:
                     store.put_messages(request.task_id, start, request.messages, request.senders)
-                    rows = store.messages_with_senders(request.task_id, first, end)
-                except sqlite3.OperationalError as error:
-                    # A store that takes no writes does not stop the turn: it sees its own
-                    # messages (the workflow still holds them, and keeps them in its result).
-                    log.warning(
-                        "task %s: the store refused its messages: %s", request.task_id, error
-                    )
-                    rows = [*store.messages_with_senders(request.task_id, first, start), *inline]
-            else:
-                rows = [*store.messages_with_senders(request.task_id, first, start), *inline]
+            except sqlite3.OperationalError as error:
+                log.warning("task %s: the store refused its messages: %s", request.task_id, error)
+            first = max(0, end - HISTORY_WINDOW)
+            earlier = store.messages_with_senders(request.task_id, first, start)
+            rows = [*earlier, *inline[max(0, first - start) :]]
             return [(self.blobs.restore(m), sender) for m, sender in rows]
 
+        quiet = start == 0 and entry is None and not request.persist
+        if quiet and not has_blobs(list(request.messages)):
+            return tuple(message_from_json(m, sender) for m, sender in inline)
         rows = await anyio.to_thread.run_sync(read)
         return tuple(message_from_json(m, sender) for m, sender in rows)
 
@@ -151,7 +167,7 @@ class AgentActivities:
             raise ApplicationError("this agent runs an LLM loop, not turns", non_retryable=True)
         ctx = self._context(request, await self._history(request))
         try:
-            result = await _guarded(lambda: agent.turn(ctx))
+            result = await self._guarded(request.task_id, lambda: agent.turn(ctx))
             return _redacted(outcome_of(result, ctx))
         finally:
             LIVE.end(self.agent_id, request.task_id)
@@ -165,7 +181,9 @@ class AgentActivities:
         history = await self._history(step.turn)
         ctx = self._context(step.turn, history)
         try:
-            return _redacted(await _guarded(lambda: llm.step(history, step, ctx)))
+            return _redacted(
+                await self._guarded(step.turn.task_id, lambda: llm.step(history, step, ctx))
+            )
         finally:
             LIVE.end(self.agent_id, step.turn.task_id)
 
@@ -175,13 +193,19 @@ class AgentActivities:
         llm = self.llm
         if llm is None:
             raise ApplicationError("this agent has no tools", non_retryable=True)
-        return _redacted(await _guarded(lambda: llm.call_tool(call)))
+        return _redacted(await self._guarded(call.task_id, lambda: llm.call_tool(call)))
 
     @activity.defn(name=ARCHIVE)
     def archive(self, archive: Archive) -> None:
         self._check_agent(archive.agent_id, "the archive")
         with _store_errors():
             self.store.archive(archive)
+
+    @activity.defn(name=CHECKPOINT)
+    def checkpoint(self, entry: IndexEntry) -> None:
+        self._check_agent(entry.archive.agent_id, "an index entry")
+        with _store_errors():
+            self.store.checkpoint(entry)
 
     @activity.defn(name=STORE_RECORD)
     def store_record(self, archive: Archive, record: TaskRecord) -> None:
@@ -194,12 +218,57 @@ class AgentActivities:
         self._check_agent(agent_id, "the heartbeat")
         self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
 
+    async def _guarded(self, task_id: str, work: Callable[[], Awaitable[T]]) -> T:
+        """Run an agent's work, heartbeating when it is a regular activity, and watching the index
+        for a client's cancel (``TaskCanceled``: it may reach this worker long before the
+        workflow's signal, which waits for a local activity's workflow task). A worker stop
+        (``WorkerStopped``, retried freely) is told from the agent's own failure."""
+        local = activity.info().is_local
+        canceled = False
+        result: list[T] = []
+        failure: list[Exception] = []
+        try:
+            async with anyio.create_task_group() as tg:
+
+                async def watch() -> None:
+                    nonlocal canceled
+                    while True:
+                        if not local:
+                            activity.heartbeat()
+                        await anyio.sleep(_WATCH_EVERY)
+                        if await anyio.to_thread.run_sync(self.store.cancel_requested, task_id):
+                            canceled = True
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(watch)
+                try:
+                    result.append(await work())
+                except Exception as error:
+                    # Raised as itself, not in a group: its type tells the workflow what to do.
+                    failure.append(error)
+                tg.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            if activity.is_worker_shutdown():
+                raise ApplicationError(
+                    "the worker stopped during this attempt", type="WorkerStopped"
+                ) from None
+            raise
+        if failure:
+            raise failure[0]
+        if not result:
+            # Only the watcher cancels the group without a result.
+            assert canceled
+            raise ApplicationError("the task was canceled", type=TASK_CANCELED, non_retryable=True)
+        return result[0]
+
     def all(self) -> list[Callable[..., Any]]:
         return [
             self.run_turn,
             self.model_step,
             self.tool_call,
             self.archive,
+            self.checkpoint,
             self.store_record,
             self.heartbeat,
         ]
@@ -220,32 +289,6 @@ def _store_errors() -> Generator[None, None, None]:
                 f"the agent's store refused the write: {error}",
                 type="StoreRefused",
                 non_retryable=True,
-            ) from None
-        raise
-
-
-async def _guarded(work: Callable[[], Awaitable[T]]) -> T:
-    """Run an agent's work: heartbeating when it is a regular activity, and telling a worker stop
-    (``WorkerStopped``, retried freely) from the agent's own failure."""
-    try:
-        if activity.info().is_local:
-            return await work()
-        result: list[T] = []
-        async with anyio.create_task_group() as tg:
-
-            async def beat() -> None:
-                while True:
-                    activity.heartbeat()
-                    await anyio.sleep(_HEARTBEAT_EVERY)
-
-            tg.start_soon(beat)
-            result.append(await work())
-            tg.cancel_scope.cancel()
-        return result[0]
-    except anyio.get_cancelled_exc_class():
-        if activity.is_worker_shutdown():
-            raise ApplicationError(
-                "the worker stopped during this attempt", type="WorkerStopped"
             ) from None
         raise
 

@@ -24,6 +24,7 @@ __all__ = [
     "Archive",
     "EventPage",
     "Inbound",
+    "IndexEntry",
     "ModelStep",
     "ModelStepInput",
     "ProtoJSON",
@@ -171,6 +172,8 @@ class Receipt:
     last_seq: int = 0
     #: The agent answered the first message with a direct Message (no task for the client).
     reply: ProtoJSON | None = None
+    #: The position of ``messages[0]`` in the task (-1: the message waits for a turn to take it).
+    first_message: int = -1
 
 
 @attrs.frozen
@@ -228,6 +231,8 @@ class TurnRequest:
     #: Write ``messages`` to the store (their positions are then the store's). False while the
     #: run's unwritten messages are few: the turn reads the rest and keeps these in memory.
     persist: bool = True
+    #: The task as the turn starts, for the listing index (``messages`` go with it, always).
+    index: IndexEntry | None = None
 
 
 @attrs.frozen
@@ -314,6 +319,22 @@ class Archive:
     participants: tuple[str, ...]
     #: Who sent each message, by id (named participants only).
     senders: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
+class IndexEntry:
+    """What the agent's listing index learns of a running task at a durable point (a turn starts,
+    the task goes idle, a sender's receipt): the messages and events the store lacks, and the task's
+    status as of event ``last_seq``. Writes are idempotent and never move a task back."""
+
+    archive: Archive
+    status: ProtoJSON
+    #: The seq of the task's last event: the store has every event up to it after this write.
+    last_seq: int
+    #: How many messages the task has (-1: unknown to this writer; the index keeps its count).
+    messages: int
+    #: A turn runs or a message waits for one.
+    busy: bool
 
 
 @attrs.frozen

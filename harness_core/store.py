@@ -17,14 +17,18 @@ import hashlib
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Generator, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
-from harness_core.converter import payload_converter
-from harness_core.payloads import Archive, ProtoJSON, TaskEvent, TaskRecord
+import attrs
 
-__all__ = ["TaskStore", "content_digest"]
+from harness_core.converter import payload_converter
+from harness_core.payloads import Archive, IndexEntry, ProtoJSON, TaskEvent, TaskRecord
+
+__all__ = ["IndexRow", "TaskStore", "content_digest", "parse_timestamp"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -59,9 +63,26 @@ CREATE TABLE IF NOT EXISTS task_events (
     body TEXT NOT NULL,
     PRIMARY KEY (task_id, seq)
 );
+CREATE TABLE IF NOT EXISTS task_index (
+    task_id TEXT PRIMARY KEY,
+    context_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    status TEXT NOT NULL,
+    status_at INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    messages INTEGER NOT NULL,
+    closed INTEGER NOT NULL,
+    busy INTEGER NOT NULL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    written_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS task_index_order ON task_index (status_at, task_id);
+CREATE INDEX IF NOT EXISTS task_index_context ON task_index (context_id, status_at, task_id);
 """
-# PRAGMA user_version: 1 added task_participants; 2 split records into messages and events.
-_VERSION = 2
+# PRAGMA user_version: 1 added task_participants; 2 split records into messages and events; 3 added
+# the listing index (filled from the ended tasks' records).
+_VERSION = 3
 
 
 def content_digest(message: Mapping[str, Any]) -> str:
@@ -93,12 +114,15 @@ class TaskStore:
         if version >= _VERSION:
             return
         with self._transaction():
+            if version < 2:
+                for (data,) in self._db.execute("SELECT record FROM tasks").fetchall():
+                    raw = cast("dict[str, Any]", json.loads(data))
+                    if "task" in raw:
+                        self._split_old_record(raw)
+                    else:
+                        self._put_participants(str(raw["task_id"]), raw.get("participants") or [])
             for (data,) in self._db.execute("SELECT record FROM tasks").fetchall():
-                raw = cast("dict[str, Any]", json.loads(data))
-                if "task" in raw:
-                    self._split_old_record(raw)
-                else:
-                    self._put_participants(str(raw["task_id"]), raw.get("participants") or [])
+                self._index_record(_record(data))
             self._db.execute(f"PRAGMA user_version = {_VERSION}")
 
     def _split_old_record(self, raw: dict[str, Any]) -> None:
@@ -141,6 +165,15 @@ class TaskStore:
             self._db.close()
 
     @contextlib.contextmanager
+    def _snapshot(self) -> Generator[None, None, None]:
+        """Reads that see one state of the file (a count and its page agree)."""
+        self._db.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self._db.execute("COMMIT")
+
+    @contextlib.contextmanager
     def _transaction(self) -> Generator[None, None, None]:
         self._db.execute("BEGIN IMMEDIATE")
         try:
@@ -158,6 +191,7 @@ class TaskStore:
         first: int,
         messages: tuple[ProtoJSON, ...],
         senders: tuple[tuple[str, str], ...],
+        verb: str = "INSERT OR REPLACE",
     ) -> None:
         by_id = dict(senders)
         rows: list[tuple[str, int, str, str, str | None, str]] = []
@@ -173,11 +207,11 @@ class TaskStore:
                     _dumps(message),
                 )
             )
-        self._db.executemany("INSERT OR REPLACE INTO task_messages VALUES (?, ?, ?, ?, ?, ?)", rows)
+        self._db.executemany(f"{verb} INTO task_messages VALUES (?, ?, ?, ?, ?, ?)", rows)
 
-    def _write_archive(self, archive: Archive) -> None:
+    def _write_archive(self, archive: Archive, verb: str = "INSERT OR REPLACE") -> None:
         self._write_messages(
-            archive.task_id, archive.first_message, archive.messages, archive.senders
+            archive.task_id, archive.first_message, archive.messages, archive.senders, verb
         )
         self._db.executemany(
             "INSERT OR REPLACE INTO task_events VALUES (?, ?, ?)",
@@ -199,6 +233,56 @@ class TaskStore:
         )
         self._db.execute("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)", row)
         self._put_participants(record.task_id, record.participants)
+        self._index_record(record)
+        # Messages a last turn never took (the task ended first) are no part of it.
+        self._db.execute(
+            "DELETE FROM task_messages WHERE task_id = ? AND position >= ?",
+            (record.task_id, record.messages),
+        )
+
+    def _index_record(self, record: TaskRecord) -> None:
+        """An ended task in the index: it replaces whatever the index had (nothing moves it on)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO task_index VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, 0, 0, ?)",
+            (
+                record.task_id,
+                record.context_id,
+                record.agent_id,
+                record.state,
+                _dumps(record.status),
+                _status_micros(record.status),
+                record.events,
+                record.messages,
+                _now_micros(),
+            ),
+        )
+
+    def _index_entry(self, entry: IndexEntry) -> None:
+        """A running task's state in the index, unless the index has it at a later point already
+        (or ended): writers race (a turn's activity, the sender's receipt), and the latest event
+        wins."""
+        archive = entry.archive
+        self._db.execute(
+            "INSERT INTO task_index VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?) "
+            "ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, "
+            "status = excluded.status, status_at = excluded.status_at, seq = excluded.seq, "
+            "messages = max(messages, excluded.messages), busy = excluded.busy, "
+            "written_at = excluded.written_at "
+            "WHERE closed = 0 AND (excluded.seq > seq OR (excluded.seq = seq AND "
+            "(excluded.messages > messages OR excluded.busy > busy)))",
+            (
+                archive.task_id,
+                archive.context_id,
+                archive.agent_id,
+                str(entry.status.get("state", "")),
+                _dumps(entry.status),
+                _status_micros(entry.status),
+                entry.last_seq,
+                max(entry.messages, 0),
+                int(entry.busy),
+                _now_micros(),
+            ),
+        )
 
     def put_messages(
         self,
@@ -215,6 +299,31 @@ class TaskStore:
         """Keep a run's messages and events (a task about to continue as new)."""
         with self._lock, self._transaction():
             self._write_archive(archive)
+
+    def checkpoint(self, entry: IndexEntry, *, partial: bool = False) -> None:
+        """Keep what a running task has reached: its new messages and events, and its state in
+        the listing index, in one transaction. A ``partial`` entry (a sender's receipt: it knows
+        no senders) adds only the rows the store lacks."""
+        with self._lock, self._transaction():
+            self._write_archive(
+                entry.archive, "INSERT OR IGNORE" if partial else "INSERT OR REPLACE"
+            )
+            self._index_entry(entry)
+
+    def request_cancel(self, task_id: str) -> None:
+        """Note that a client asked to cancel the task: its running turn (in any process serving
+        the agent) stops at its next look (``cancel_requested``)."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE task_index SET cancel_requested = 1 WHERE task_id = ?", (task_id,)
+            )
+
+    def cancel_requested(self, task_id: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT cancel_requested FROM task_index WHERE task_id = ?", (task_id,)
+            ).fetchone()
+        return bool(row and row[0])
 
     def store_final(self, archive: Archive, record: TaskRecord) -> None:
         """Keep an ended task: its last run and its summary, in one transaction."""
@@ -268,6 +377,77 @@ class TaskStore:
             ).fetchall()
         return [payload_converter.structure(json.loads(r[0]), TaskEvent) for r in rows]
 
+    def index_row(self, task_id: str) -> IndexRow | None:
+        """The task as the listing index has it, with everyone on it; None when it has no row."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_ROW_COLUMNS} FROM task_index WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            people = self._db.execute(
+                "SELECT participant FROM task_participants WHERE task_id = ?", (task_id,)
+            ).fetchall()
+        return _index_row(row, tuple(str(p[0]) for p in people))
+
+    def list_index(
+        self,
+        *,
+        participant: str | None,
+        context_id: str = "",
+        state: str = "",
+        status_after: int | None = None,
+        limit: int = 50,
+        cursor: tuple[int, str] | None = None,
+    ) -> tuple[list[IndexRow], int]:
+        """Tasks ``participant`` may see (``may_access``), latest status first, filtered by
+        context, state and status time (microseconds, at or after), after the keyset ``cursor``
+        (a row's status time and id); and how many match in all (the cursor aside)."""
+        where: list[str] = []
+        args: list[str | int] = []
+        if participant:
+            where.append("task_id IN (SELECT task_id FROM task_participants WHERE participant = ?)")
+            args.append(participant)
+        else:
+            where.append(
+                "NOT EXISTS (SELECT 1 FROM task_participants p "
+                "WHERE p.task_id = task_index.task_id)"
+            )
+        if context_id:
+            where.append("context_id = ?")
+            args.append(context_id)
+        if state:
+            where.append("state = ?")
+            args.append(state)
+        if status_after is not None:
+            where.append("status_at >= ?")
+            args.append(status_after)
+        clause = " AND ".join(where)
+        page_clause = clause
+        page_args = list(args)
+        if cursor is not None:
+            page_clause += " AND (status_at < ? OR (status_at = ? AND task_id < ?))"
+            page_args += [cursor[0], cursor[0], cursor[1]]
+        with self._lock, self._snapshot():
+            total = int(
+                self._db.execute(
+                    f"SELECT COUNT(*) FROM task_index WHERE {clause}", args
+                ).fetchone()[0]
+            )
+            rows = self._db.execute(
+                f"SELECT {_ROW_COLUMNS} FROM task_index WHERE {page_clause} "
+                "ORDER BY status_at DESC, task_id DESC LIMIT ?",
+                [*page_args, limit],
+            ).fetchall()
+        return [_index_row(r, ()) for r in rows], total
+
+    def count_open(self) -> int:
+        """How many of the agent's tasks have not ended."""
+        with self._lock:
+            return int(
+                self._db.execute("SELECT COUNT(*) FROM task_index WHERE closed = 0").fetchone()[0]
+            )
+
     def list(
         self,
         *,
@@ -314,6 +494,71 @@ class TaskStore:
         with self._lock:
             row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
+
+
+@attrs.frozen
+class IndexRow:
+    """One task in the listing index."""
+
+    task_id: str
+    context_id: str
+    agent_id: str
+    status: ProtoJSON
+    #: The status time, in microseconds since the epoch (the listing's order).
+    status_at: int
+    #: The seq of the last event the store has for the task.
+    last_seq: int
+    #: How many messages the task has (all in the store).
+    messages: int
+    closed: bool
+    busy: bool
+    participants: tuple[str, ...]
+
+    @property
+    def state(self) -> str:
+        return str(self.status.get("state", ""))
+
+
+_ROW_COLUMNS = "task_id, context_id, agent_id, status, status_at, seq, messages, closed, busy"
+
+
+def _index_row(row: Any, participants: tuple[str, ...]) -> IndexRow:
+    return IndexRow(
+        task_id=str(row[0]),
+        context_id=str(row[1]),
+        agent_id=str(row[2]),
+        status=cast("ProtoJSON", json.loads(row[3])),
+        status_at=int(row[4]),
+        last_seq=int(row[5]),
+        messages=int(row[6]),
+        closed=bool(row[7]),
+        busy=bool(row[8]),
+        participants=participants,
+    )
+
+
+def parse_timestamp(text: str) -> int | None:
+    """An ISO 8601 time as microseconds since the epoch (UTC when it names no zone); None when it
+    is no such time."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _status_micros(status: Mapping[str, Any]) -> int:
+    return parse_timestamp(str(status.get("timestamp", ""))) or 0
+
+
+def _now_micros() -> int:
+    return int(time.time() * 1_000_000)
 
 
 def _record(data: str) -> TaskRecord:

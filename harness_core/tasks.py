@@ -13,14 +13,17 @@ other content starts another task.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
+import sqlite3
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -44,8 +47,10 @@ from harness_core.errors import (
 )
 from harness_core.payloads import (
     TERMINAL_STATES,
+    Archive,
     EventPage,
     Inbound,
+    IndexEntry,
     ProtoJSON,
     Receipt,
     TaskEvent,
@@ -57,7 +62,7 @@ from harness_core.payloads import (
 )
 from harness_core.pool import TemporalConnection
 from harness_core.secrets import SECRETS
-from harness_core.store import TaskStore, content_digest
+from harness_core.store import IndexRow, TaskStore, content_digest, parse_timestamp
 from harness_core.workflows import TaskWorkflow, task_closed_message
 
 __all__ = ["MAX_MESSAGE_BYTES", "Delivery", "TaskService", "derive_task_id", "fold_artifacts"]
@@ -66,9 +71,6 @@ log = logging.getLogger("harness.tasks")
 
 T = TypeVar("T")
 
-_LIST_RUNNING_LIMIT = 1000
-# Far longer than visibility takes to list a new workflow.
-_RECENT_SECONDS = 300.0
 # How often a stream polls a quiet task's durable log: soon after a change, then backing off.
 FOLLOW_FIRST_DELAY = 0.02
 FOLLOW_MAX_DELAY = 0.5
@@ -78,8 +80,6 @@ MAX_MESSAGE_BYTES = 256 * 1024
 _BUSY_PATIENCE = 60.0
 # The longest single wait before a query refused as busy is tried again.
 _QUERY_PATIENCE = 3.0
-# Queries ListTasks runs at once.
-_LIST_CONCURRENCY = 16
 # Task ids known to run on this agent's queue (ownership never changes).
 _OWNED_CACHE = 4096
 
@@ -94,11 +94,6 @@ def derive_task_id(agent_id: str, participant: str | None, message_id: str, dige
 
 def _not_found(exc: RPCError) -> bool:
     return exc.status == RPCStatusCode.NOT_FOUND
-
-
-def _quote(value: str) -> str:
-    """A string literal for a Temporal visibility query."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def fold_artifacts(events: list[TaskEvent] | tuple[TaskEvent, ...]) -> list[ProtoJSON]:
@@ -170,9 +165,6 @@ class TaskService:
         self._blobs = blobs
         # How the agent's new tasks run (the ids are filled in per task).
         self._start = start
-        # Tasks started here lately: Temporal's visibility lists a new workflow only after a
-        # moment, and ListTasks must show a task as soon as SendMessage returned it.
-        self._recent: dict[str, float] = {}
         self._owned: OrderedDict[str, None] = OrderedDict()
 
     @property
@@ -298,7 +290,6 @@ class TaskService:
                 _retrieve_start_outcome(operation)
                 raise
 
-        self._remember(task_id)
         self._own(task_id)
         try:
             receipt = await self._call(update_with_start)
@@ -319,6 +310,8 @@ class TaskService:
         A retry of a message the task already had gets the whole task instead: its exchange
         happened before the receipt's cursor.
         """
+        if not receipt.duplicate:
+            await self._note(task_id, receipt)
         if receipt.duplicate:
             view = await self._view(task_id)
             if view is not None:
@@ -352,6 +345,31 @@ class TaskService:
             reply=receipt.reply,
         )
 
+    async def _note(self, task_id: str, receipt: Receipt) -> None:
+        """Tell the listing index what the receipt says, so that the sender's next read (or
+        listing) shows the task as its answer did. The workflow's own writes (when a turn starts,
+        the task rests or ends) make the index right whatever happens here; this one may fail."""
+        first = receipt.first_message
+        entry = IndexEntry(
+            archive=Archive(
+                task_id=task_id,
+                agent_id=self.agent_id,
+                context_id=receipt.context_id,
+                first_message=max(first, 0),
+                messages=receipt.messages if first >= 0 else (),
+                events=receipt.events,
+                participants=receipt.participants,
+            ),
+            status=receipt.status,
+            last_seq=receipt.last_seq,
+            messages=first + len(receipt.messages) if first >= 0 else -1,
+            busy=receipt.busy,
+        )
+        try:
+            await anyio.to_thread.run_sync(partial(self._store.checkpoint, entry, partial=True))
+        except sqlite3.Error as error:
+            log.warning("task %s: the index did not take the receipt: %s", task_id, error)
+
     async def _deliver_existing(self, task_id: str, inbound: Inbound) -> Delivery:
         owner = await self._owner(task_id)
         if owner is False:
@@ -359,6 +377,10 @@ class TaskService:
         if owner is None:
             return await self._closed_delivery(task_id, inbound)
         message_id = str(inbound.message.get("messageId", ""))
+        if message_id.startswith(f"{task_id}:"):
+            raise InvalidRequestValueError(
+                f"message ids starting with {task_id}: belong to the agent"
+            )
         # Ids of runs before the last are in the store, not the workflow.
         archived = await anyio.to_thread.run_sync(self._store.message_digest, task_id, message_id)
         if archived is not None:
@@ -441,11 +463,6 @@ class TaskService:
             task_id=task_id, duplicate=True, cursor=record.events, view=view, reply=record.reply
         )
 
-    def _remember(self, task_id: str) -> None:
-        now = time.monotonic()
-        self._recent = {t: at for t, at in self._recent.items() if now - at < _RECENT_SECONDS}
-        self._recent[task_id] = now
-
     # -- read -------------------------------------------------------------------------------------
 
     async def _tail(self, task_id: str, after_event: int, after_message: int) -> TaskTail | None:
@@ -522,8 +539,39 @@ class TaskService:
         view = await self._view(task_id)
         return view if view is not None and may_access(view.participants, participant) else None
 
+    async def _row(self, task_id: str) -> IndexRow | None:
+        row = await anyio.to_thread.run_sync(self._store.index_row, task_id)
+        return row if row is not None and row.agent_id == self.agent_id else None
+
+    def _row_task(
+        self, row: IndexRow, *, history: int | None = None, artifacts: bool = True
+    ) -> ProtoJSON:
+        """An indexed task from the store (in a worker thread): its latest ``history`` messages
+        (all when None) and, with ``artifacts``, its artifacts."""
+        first = 0 if history is None else max(0, row.messages - history)
+        messages = self._store.messages(row.task_id, first, row.messages)
+        events = self._store.events(row.task_id, 0, row.last_seq) if artifacts else []
+        return self._assemble(row.task_id, row.context_id, row.status, messages, events)
+
+    def _row_view(self, row: IndexRow, task: ProtoJSON) -> TaskView:
+        return TaskView(
+            task=task,
+            last_seq=row.last_seq,
+            closed=row.closed,
+            participants=row.participants,
+            agent_id=row.agent_id,
+            busy=row.busy,
+        )
+
     async def _view(self, task_id: str) -> TaskView | None:
-        """The task if it is this agent's, whoever asks."""
+        """The task if it is this agent's, whoever asks: from the listing index and the store,
+        never waiting for the task's workflow."""
+        row = await self._row(task_id)
+        if row is not None:
+            task = await anyio.to_thread.run_sync(self._row_task, row)
+            return self._row_view(row, task)
+        # Not indexed: a task whose store refused its writes, or one that has run since before
+        # the index existed and not rested since.
         record = await self._record(task_id)
         if record is not None:
             return await self._record_view(record)
@@ -600,6 +648,20 @@ class TaskService:
         return EventPage(events=tuple(events), view=view)
 
     async def _events_after(self, task_id: str, after: int) -> EventPage | None:
+        row = await self._row(task_id)
+        if row is not None:
+            events = await anyio.to_thread.run_sync(
+                self._store.events, task_id, after, row.last_seq
+            )
+            # A sender's receipt may have written a later event before the turn that wrote an
+            # earlier one started; a reader stops before the gap and reads on after it fills.
+            contiguous: list[TaskEvent] = []
+            for event in events:
+                if event.seq != after + len(contiguous) + 1:
+                    break
+                contiguous.append(event)
+            task: ProtoJSON = {"id": task_id, "contextId": row.context_id, "status": row.status}
+            return EventPage(events=tuple(contiguous), view=self._row_view(row, task))
         record = await self._record(task_id)
         if record is not None:
             return await self._record_events(record, after)
@@ -644,88 +706,49 @@ class TaskService:
         participant: str | None,
         context_id: str = "",
         state: str = "",
+        status_after: int | None = None,
         page_size: int = 50,
         page_token: str = "",
+        history: int | None = None,
+        artifacts: bool = True,
     ) -> tuple[list[TaskView], str, int]:
-        """The tasks ``participant`` may see, newest first: running ones from Temporal, ended ones
-        from the store.
+        """The tasks ``participant`` may see, latest status first, from the listing index: never
+        waiting for a workflow, and never reading more than the page.
 
-        Returns the page, the next page's token ('' at the end) and the number of matching tasks.
+        ``status_after`` (microseconds since the epoch) keeps tasks whose status changed at or
+        after it; ``history`` limits each task's messages to the latest ones (None: all); without
+        ``artifacts`` none are read. Returns the page, the next page's token ('' at the end) and
+        the number of matching tasks. Tokens are keyset cursors: a task appears at most once in
+        one walk through the pages, however tasks change meanwhile (one whose status changes
+        moves to the front, where the next walk finds it).
         """
-        offset = _decode_token(page_token)
-        running = [
-            v
-            for v in await self.running()
-            if may_access(v.participants, participant)
-            and (not context_id or v.task.get("contextId") == context_id)
-            and (not state or v.state == state)
-        ]
-        running.sort(key=lambda v: str(v.task.get("status", {}).get("timestamp", "")), reverse=True)
-        page: list[TaskView] = running[offset : offset + page_size]
-        store_offset = max(0, offset - len(running))
-        records, stored_total = await anyio.to_thread.run_sync(
-            lambda: self._store.list(
+        cursor = _decode_token(page_token)
+
+        def read() -> tuple[list[TaskView], int]:
+            rows, total = self._store.list_index(
                 participant=participant,
                 context_id=context_id,
                 state=state,
-                limit=page_size - len(page),
-                offset=store_offset,
+                status_after=status_after,
+                limit=page_size + 1,
+                cursor=cursor,
             )
-        )
-        for record in records:
-            page.append(await self._record_view(record))
-        total = len(running) + stored_total
-        end = offset + len(page)
-        return page, (_encode_token(end) if end < total else ""), total
+            views = [
+                self._row_view(row, self._row_task(row, history=history, artifacts=artifacts))
+                for row in rows[:page_size]
+            ]
+            return views, total if len(rows) > page_size else -total - 1
 
-    async def running(self) -> list[TaskView]:
-        """Every running task of this agent, whoever is on it (visibility may still list a task
-        that just ended; it is left out once its record is in the store)."""
-        query = self._running_query()
-
-        async def ids(client: Client) -> list[str]:
-            found: list[str] = []
-            async for execution in client.list_workflows(query, limit=_LIST_RUNNING_LIMIT):
-                found.append(execution.id)
-            return found
-
-        task_ids = set(await self._call(ids)) | set(self._recent)
-        views: list[TaskView] = []
-        limiter = anyio.CapacityLimiter(_LIST_CONCURRENCY)
-
-        async def one(task_id: str) -> None:
-            async with limiter:
-                try:
-                    view = await self._view(task_id)
-                except RPCError as exc:
-                    # One broken workflow (a failing workflow task) must not hide the others.
-                    log.warning("task %s left out of the list: %s", task_id, exc.status.name)
-                    return
-            if view is not None and not view.closed:
-                views.append(view)
-
-        async with anyio.create_task_group() as tg:
-            for task_id in task_ids:
-                tg.start_soon(one, task_id)
-        return views
-
-    # -- cancel -----------------------------------------------------------------------------------
-
-    def _running_query(self) -> str:
-        # Values from configuration only; nothing a client sends goes into a visibility query.
-        return (
-            f"WorkflowType = 'TaskWorkflow' AND TaskQueue = {_quote(self.queue)} "
-            "AND ExecutionStatus = 'Running'"
-        )
+        views, total = await anyio.to_thread.run_sync(read)
+        if total < 0:
+            return views, "", -total - 1
+        last = views[-1]
+        status_at = parse_timestamp(str(last.task["status"].get("timestamp", ""))) or 0
+        return views, _encode_token(status_at, str(last.task["id"])), total
 
     async def running_count(self) -> int:
-        """How many of this agent's tasks run (Temporal's visibility, a moment behind)."""
-        query = self._running_query()
-
-        async def count(client: Client) -> int:
-            return (await client.count_workflows(query)).count
-
-        return await self._call(count)
+        """How many of this agent's tasks have not ended (the listing index)."""
+        return await anyio.to_thread.run_sync(self._store.count_open)
 
     async def last_heartbeat(self) -> str | None:
         """When the agent's heartbeat last ran (ISO 8601), or None before the first one."""
@@ -743,6 +766,10 @@ class TaskService:
             raise TaskNotFoundError(f"task {task_id} not found")
         if view.closed or view.state in TERMINAL_STATES:
             raise TaskNotCancelableError(f"task {task_id} has already ended")
+        # A turn that holds the workflow's task (a local activity) learns of the cancel from the
+        # index, where it looks twice a second, long before the signal could reach the workflow.
+        with contextlib.suppress(sqlite3.Error):
+            await anyio.to_thread.run_sync(self._store.request_cancel, task_id)
 
         async def cancel_and_wait(client: Client) -> TaskRecord:
             handle = client.get_workflow_handle(task_id, result_type=TaskRecord)
@@ -791,17 +818,18 @@ def _update_error(exc: WorkflowUpdateFailedError, task_id: str) -> Exception:
     return exc
 
 
-def _encode_token(offset: int) -> str:
-    return base64.urlsafe_b64encode(f"o:{offset}".encode()).decode()
+def _encode_token(status_at: int, task_id: str) -> str:
+    return base64.urlsafe_b64encode(f"k1:{status_at}:{task_id}".encode()).decode()
 
 
-def _decode_token(token: str) -> int:
+def _decode_token(token: str) -> tuple[int, str] | None:
     if not token:
-        return 0
+        return None
     try:
         text = base64.urlsafe_b64decode(token.encode()).decode()
-        if text.startswith("o:") and text[2:].isdigit() and len(text) <= 12:
-            return int(text[2:])
+        tag, status_at, task_id = text.split(":", 2)
+        if tag == "k1" and status_at.isdigit() and task_id and len(text) < 256:
+            return int(status_at), task_id
     except (ValueError, UnicodeDecodeError):
         pass
     raise InvalidRequestValueError("pageToken is not a token this server returned")

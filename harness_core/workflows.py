@@ -46,6 +46,7 @@ from harness_core.payloads import (
     TERMINAL_STATES,
     Archive,
     Inbound,
+    IndexEntry,
     ModelStep,
     ModelStepInput,
     ProtoJSON,
@@ -69,6 +70,7 @@ RUN_TURN = "run_turn"
 MODEL_STEP = "model_step"
 TOOL_CALL = "tool_call"
 ARCHIVE = "archive"
+CHECKPOINT = "checkpoint"
 STORE_RECORD = "store_record"
 HEARTBEAT = "heartbeat"
 
@@ -88,8 +90,13 @@ TURN_ATTEMPTS = 3
 TOOL_ATTEMPTS = 3
 #: Attempts of a store write before the record stays in the workflow's result.
 STORE_ATTEMPTS = 5
-# Patches (docs/workflows.md): the final record is stored by a local activity.
+# Patches (docs/workflows.md): the final record is stored by a local activity; a task that goes idle
+# and has not ended writes its state to the listing index.
 _LOCAL_STORE_RECORD = "store-record-local"
+_INDEX_CHECKPOINT = "index-checkpoint"
+#: The failure type of a turn stopped because a client canceled the task (the activity saw it in
+#: the listing index before the workflow's cancel signal arrived).
+TASK_CANCELED = "TaskCanceled"
 # Failure types that say the worker, not the agent, stopped the attempt.
 _WORKER_STOPPED = "WorkerStopped"
 _NO_RETRY = RetryPolicy(maximum_attempts=1)
@@ -159,6 +166,9 @@ class TaskWorkflow:
         self._run_ids: list[tuple[str, str]] = []
         self._archived_messages = carry.archived_messages if carry else 0
         self._archived_events = carry.archived_events if carry else 0
+        # The events the listing index (the agent's store) has: it learns the others at the next
+        # durable point (a turn's start, the task going idle or ending).
+        self._indexed_seq = self._archived_events
         self._turns = carry.turns if carry else 0
         self._runs = (carry.runs if carry else 0) + 1
         self._cancel_requested = carry.cancel_requested if carry else False
@@ -288,6 +298,8 @@ class TaskWorkflow:
             await self._turn(start)
             if self._state in TERMINAL_STATES:
                 break
+            if not self._mailbox and workflow.patched(_INDEX_CHECKPOINT):
+                await self._checkpoint(start)
             if not self._mailbox and self._run_is_full():
                 await self._continue_as_new(start)
         self._refuse_pending()
@@ -315,6 +327,53 @@ class TaskWorkflow:
             participants=tuple(self._participants),
             senders=tuple(self._senders.items()),
         )
+
+    def _index_entry(self, start: TaskStart, first_message: int, messages: int) -> IndexEntry:
+        """The index's news: this run's messages from ``first_message`` (of the run) on, the events
+        it has not had, and the task's state."""
+        archive = Archive(
+            task_id=start.task_id,
+            agent_id=start.agent_id,
+            context_id=start.context_id,
+            first_message=self._archived_messages + first_message,
+            messages=tuple(self._history[first_message:messages]),
+            events=tuple(self._events[max(self._indexed_seq - self._archived_events, 0) :]),
+            participants=tuple(self._participants),
+            senders=tuple(
+                (m, p)
+                for m in (
+                    str(h.get("messageId", "")) for h in self._history[first_message:messages]
+                )
+                if (p := self._senders.get(m)) is not None
+            ),
+        )
+        self._indexed_seq = self._last_seq()
+        return IndexEntry(
+            archive=archive,
+            status=self._status,
+            last_seq=self._last_seq(),
+            messages=self._archived_messages + len(self._history),
+            busy=self._busy(),
+        )
+
+    async def _checkpoint(self, start: TaskStart) -> None:
+        """The task rests (waiting for input): the index learns its state and last answer, in the
+        workflow task that ended the turn."""
+        entry = self._index_entry(start, self._persisted, len(self._history))
+        try:
+            await workflow.execute_local_activity(
+                CHECKPOINT,
+                entry,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=STORE_ATTEMPTS,
+                    non_retryable_error_types=["WrongAgent", "StoreRefused"],
+                ),
+            )
+        except (ActivityError, ApplicationError):
+            # Listings show the task as the last write left it; the next durable point (its next
+            # turn, or its end) writes again.
+            workflow.logger.warning("task %s: the index did not take its state", start.task_id)
 
     async def _continue_as_new(self, start: TaskStart) -> None:
         self._closing = True
@@ -443,6 +502,8 @@ class TaskWorkflow:
             ),
             may_reply=self._turns == 1 and self._archived_events == 0 and len(self._events) <= 1,
             persist=persist,
+            # The turn's messages travel in the request itself; the entry carries the rest.
+            index=self._index_entry(start, len(self._history), len(self._history)),
         )
         self._may_reply = request.may_reply
         if persist:
@@ -518,6 +579,10 @@ class TaskWorkflow:
                 return await handle
             except (ActivityError, ApplicationError) as error:
                 # A local activity's failure arrives as the ApplicationError itself.
+                if _failure_type(error) == TASK_CANCELED:
+                    # A client canceled the task; the signal saying so is on its way.
+                    self._cancel_requested = True
+                    return None
                 if free_retries and _not_counted(error):
                     workflow.logger.info(
                         "task %s: %s stopped by its worker; retrying", self._start.task_id, activity
@@ -548,7 +613,13 @@ class TaskWorkflow:
             try:
                 answer = await self._attempts(
                     MODEL_STEP,
-                    ModelStepInput(turn=request, step=step, exchange=tuple(exchange), final=final),
+                    ModelStepInput(
+                        # The first step writes the index entry; the others need not carry it.
+                        turn=request if step == 1 else attrs.evolve(request, index=None),
+                        step=step,
+                        exchange=tuple(exchange),
+                        final=final,
+                    ),
                     ModelStep,
                     # Streams follow the model's text live only when the workflow is free to
                     # answer their reads.
@@ -671,6 +742,7 @@ class TaskWorkflow:
                 type="TaskClosed",
                 non_retryable=True,
             )
+        exchange, first = self._exchange(message_id, inbound)
         return Receipt(
             duplicate=duplicate,
             cursor=cursor,
@@ -680,19 +752,21 @@ class TaskWorkflow:
             reply=self._reply,
             context_id=self._start.context_id,
             participants=tuple(self._participants),
-            messages=self._exchange(message_id, inbound),
+            messages=exchange,
             events=tuple(self._events[max(cursor - self._archived_events, 0) :]),
             last_seq=self._last_seq(),
+            first_message=first,
         )
 
-    def _exchange(self, message_id: str, inbound: Inbound) -> tuple[ProtoJSON, ...]:
-        """The message and what followed it in this run (itself alone while it waits for a turn)."""
+    def _exchange(self, message_id: str, inbound: Inbound) -> tuple[tuple[ProtoJSON, ...], int]:
+        """The message and what followed it in this run (itself alone while it waits for a turn),
+        and the position of the first of them in the task (-1 while it waits)."""
         for index, message in enumerate(self._history):
             if message.get("messageId") == message_id:
-                return tuple(self._history[index:])
+                return tuple(self._history[index:]), self._archived_messages + index
         if message_id in self._refused:
-            return ()
-        return (inbound.message,)
+            return (), -1
+        return (inbound.message,), -1
 
     @deliver.validator
     def _check_delivery(self, inbound: Inbound) -> None:
