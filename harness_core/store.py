@@ -310,6 +310,19 @@ class TaskStore:
             )
             self._index_entry(entry)
 
+    def forget_unstarted(self, task_id: str) -> None:
+        """Drop a task the index learned of before its workflow started, if nothing since has
+        written over it (its start failed)."""
+        with self._lock, self._transaction():
+            removed = self._db.execute(
+                "DELETE FROM task_index WHERE task_id = ? AND seq = 0 AND closed = 0 "
+                "AND NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = task_index.task_id)",
+                (task_id,),
+            ).rowcount
+            if removed:
+                self._db.execute("DELETE FROM task_messages WHERE task_id = ?", (task_id,))
+                self._db.execute("DELETE FROM task_participants WHERE task_id = ?", (task_id,))
+
     def request_cancel(self, task_id: str) -> None:
         """Note that a client asked to cancel the task: its running turn (in any process serving
         the agent) stops at its next look (``cancel_requested``)."""
@@ -447,44 +460,6 @@ class TaskStore:
             return int(
                 self._db.execute("SELECT COUNT(*) FROM task_index WHERE closed = 0").fetchone()[0]
             )
-
-    def list(
-        self,
-        *,
-        participant: str | None,
-        context_id: str = "",
-        state: str = "",
-        limit: int = 50,
-        offset: int = 0,
-    ) -> tuple[list[TaskRecord], int]:
-        """Records ``participant`` may see (``may_access``) newest first, filtered by context and
-        state, and how many match in all."""
-        where: list[str] = []
-        args: list[str | int] = []
-        if participant:
-            where.append("task_id IN (SELECT task_id FROM task_participants WHERE participant = ?)")
-            args.append(participant)
-        else:
-            where.append(
-                "NOT EXISTS (SELECT 1 FROM task_participants p WHERE p.task_id = tasks.task_id)"
-            )
-        if context_id:
-            where.append("context_id = ?")
-            args.append(context_id)
-        if state:
-            where.append("state = ?")
-            args.append(state)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        with self._lock:
-            total = int(
-                self._db.execute(f"SELECT COUNT(*) FROM tasks {clause}", args).fetchone()[0]
-            )
-            rows = self._db.execute(
-                f"SELECT record FROM tasks {clause} ORDER BY updated_at DESC, task_id "
-                "LIMIT ? OFFSET ?",
-                [*args, limit, offset],
-            ).fetchall()
-        return [_record(r[0]) for r in rows], total
 
     def set_meta(self, key: str, value: str) -> None:
         with self._lock:

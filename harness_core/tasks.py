@@ -22,7 +22,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar, cast
 
@@ -291,8 +291,9 @@ class TaskService:
                 raise
 
         self._own(task_id)
+        await self._note_start(start, inbound)
         try:
-            receipt = await self._call(update_with_start)
+            receipt = await self._retrying(lambda: self._call(update_with_start))
         except WorkflowAlreadyStartedError:
             return await self._closed_delivery(task_id, inbound)
         except WorkflowUpdateFailedError as exc:
@@ -300,8 +301,59 @@ class TaskService:
         except RPCError as exc:
             if exc.status == RPCStatusCode.ALREADY_EXISTS or _not_found(exc):
                 return await self._closed_delivery(task_id, inbound)
+            await self._forget_start(task_id)
             raise
         return await self._delivered(task_id, receipt)
+
+    async def _note_start(self, start: TaskStart, inbound: Inbound) -> None:
+        """List a new task before its workflow starts: a blocking sender's task is then listed
+        (SUBMITTED) even while its turn waits for a free worker slot. Anything the workflow
+        writes later wins over this entry."""
+        message = {**inbound.message, "taskId": start.task_id, "contextId": start.context_id}
+        people = (inbound.participant,) if inbound.participant else ()
+        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        entry = IndexEntry(
+            archive=Archive(
+                task_id=start.task_id,
+                agent_id=self.agent_id,
+                context_id=start.context_id,
+                first_message=0,
+                messages=(message,),
+                events=(),
+                participants=people,
+                senders=((str(message.get("messageId", "")), people[0]),) if people else (),
+            ),
+            status={"state": "TASK_STATE_SUBMITTED", "timestamp": stamp},
+            last_seq=0,
+            messages=1,
+            busy=True,
+        )
+        try:
+            await anyio.to_thread.run_sync(partial(self._store.checkpoint, entry, partial=True))
+        except sqlite3.Error as error:
+            log.warning("task %s: the index did not take it: %s", start.task_id, error)
+
+    async def _forget_start(self, task_id: str) -> None:
+        """The start failed here: take back the entry if no workflow wrote over it (if the start
+        did happen after all, the workflow writes again when its turn starts)."""
+        with anyio.CancelScope(shield=True), contextlib.suppress(sqlite3.Error):
+            await anyio.to_thread.run_sync(self._store.forget_unstarted, task_id)
+
+    async def _retrying(self, call: Callable[[], Awaitable[Receipt]]) -> Receipt:
+        """An update, tried again while Temporal says the workflow is not ready for it: the
+        workflow task it was to finish in failed (a signal, such as a cancel, arrived while that
+        task ended the workflow), and the next one will take it, or find the task closed. The
+        update's id is the same each time, so it is delivered once."""
+        delay = 0.05
+        deadline = time.monotonic() + _BUSY_PATIENCE
+        while True:
+            try:
+                return await call()
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
+                    raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def _delivered(self, task_id: str, receipt: Receipt) -> Delivery:
         """The sender's answer, from the receipt alone (no read of the task): its status, this
@@ -396,9 +448,11 @@ class TaskService:
         deadline = time.monotonic() + _BUSY_PATIENCE
         while True:
             try:
-                receipt = await self._call(
-                    lambda c: c.get_workflow_handle(task_id).execute_update(  # pyright: ignore[reportUnknownMemberType]
-                        TaskWorkflow.deliver, inbound
+                receipt = await self._retrying(
+                    lambda: self._call(
+                        lambda c: c.get_workflow_handle(task_id).execute_update(  # pyright: ignore[reportUnknownMemberType]
+                            TaskWorkflow.deliver, inbound
+                        )
                     )
                 )
             except WorkflowUpdateFailedError as exc:

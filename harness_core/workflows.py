@@ -302,7 +302,10 @@ class TaskWorkflow:
                 await self._checkpoint(start)
             if not self._mailbox and self._run_is_full():
                 await self._continue_as_new(start)
-        self._refuse_pending()
+        if self._state == "TASK_STATE_CANCELED":
+            self._keep_pending()
+        else:
+            self._refuse_pending()
         self._closed = True
         record = await self._store_final(start)
         # Blocked senders wake on _closed; let their updates finish first.
@@ -456,6 +459,16 @@ class TaskWorkflow:
             )
             return attrs.evolve(record, unstored=archive)
         return record
+
+    def _keep_pending(self) -> None:
+        """The task was canceled with messages still queued: they were accepted before the cancel,
+        so they stay in the task, unanswered (their waiting senders get the canceled task)."""
+        in_history = {m.get("messageId") for m in self._history}
+        for inbound in self._mailbox:
+            if inbound.message.get("messageId") not in in_history:
+                self._history.append(inbound.message)
+        self._processed += len(self._mailbox)
+        self._mailbox.clear()
 
     def _refuse_pending(self) -> None:
         """The task ended with messages still queued: drop them, and tell their waiting senders."""

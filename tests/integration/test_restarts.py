@@ -10,6 +10,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -155,10 +156,28 @@ def test_a_sigkill_with_150_sends_in_flight_loses_no_accepted_message(tmp_path: 
                 states[message_id] = state
                 anonymous = rpc(second.url, "GetTask", {"id": task_id})
                 assert anonymous["error"]["code"] == -32001  # the owner is on record
+        # The listing index is right after the crash: every task listed once, completed.
+        listed: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            params: dict[str, object] = {"pageSize": 100, "historyLength": 0, "pageToken": token}
+            page = httpx.post(
+                f"{second.url}/",
+                json={"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": params},
+                headers=owner,
+                timeout=30,
+            ).json()["result"]
+            assert page["totalSize"] == 150
+            listed.extend(page["tasks"])
+            token = page["nextPageToken"]
+            if not token:
+                break
         assert second.stop() == 0
     finally:
         second.kill()
     assert set(states.values()) == {"TASK_STATE_COMPLETED"}, states
+    assert len({t["id"] for t in listed}) == len(listed) == 150
+    assert {t["status"]["state"] for t in listed} == {"TASK_STATE_COMPLETED"}
 
 
 async def test_a_store_that_refuses_writes_leaves_the_record_in_the_workflows_result(make_harness):

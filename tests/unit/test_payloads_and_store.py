@@ -7,8 +7,16 @@ import sqlite3
 from pathlib import Path
 
 from harness_core.converter import data_converter
-from harness_core.payloads import Archive, Inbound, TaskEvent, TaskRecord, TurnOutcome, may_access
-from harness_core.store import TaskStore, content_digest
+from harness_core.payloads import (
+    Archive,
+    Inbound,
+    IndexEntry,
+    TaskEvent,
+    TaskRecord,
+    TurnOutcome,
+    may_access,
+)
+from harness_core.store import TaskStore, content_digest, parse_timestamp
 from harness_core.tasks import derive_task_id
 
 
@@ -42,7 +50,7 @@ def record(
         context_id=context,
         agent_id="agent",
         state=state,
-        status={"state": state},
+        status={"state": state, "timestamp": at},
         participants=participants,
         updated_at=at,
         messages=1,
@@ -85,21 +93,26 @@ def test_the_store_keeps_records_across_reopening_and_lists_newest_first(tmp_pat
     reopened = TaskStore(path)
     try:
         assert reopened.get("old") == record("old", at="2026-01-01T00:00:00Z")
+        listing = reopened.list_index
         assert reopened.messages("old", 0, 1) == list(archive(record("old")).messages)
         assert [e.seq for e in reopened.events("old", 0)] == [1]
         assert reopened.get("missing") is None
-        everything, total = reopened.list(participant="alice")
+        everything, total = listing(participant="alice")
         assert [r.task_id for r in everything] == ["failed", "new", "old"]
         assert total == 3
-        by_context, _ = reopened.list(participant="alice", context_id="other")
+        by_context, _ = listing(participant="alice", context_id="other")
         assert [r.task_id for r in by_context] == ["new"]
-        completed, completed_total = reopened.list(
+        completed, completed_total = listing(
             participant="alice", state="TASK_STATE_COMPLETED", limit=1
         )
         assert [r.task_id for r in completed] == ["new"]
         assert completed_total == 2
-        page, _ = reopened.list(participant="alice", limit=1, offset=1)
-        assert [r.task_id for r in page] == ["new"]
+        after = everything[0]
+        page, page_total = listing(participant="alice", limit=1, cursor=(after.status_at, "failed"))
+        assert ([r.task_id for r in page], page_total) == (["new"], 3)
+        since = parse_timestamp("2026-01-02T00:00:00Z")
+        recent, _ = listing(participant="alice", status_after=since)
+        assert [r.task_id for r in recent] == ["failed", "new"]
     finally:
         reopened.close()
     assert path.stat().st_mode & 0o777 == 0o600
@@ -119,10 +132,10 @@ def test_the_store_lists_only_the_tasks_a_participant_is_on(tmp_path: Path) -> N
         store.put(record("alices", participants=("alice",)))
         store.put(record("shared", participants=("alice", "bob"), at="2026-01-02T00:00:00Z"))
         store.put(record("anonymous", participants=()))
-        assert [r.task_id for r in store.list(participant="alice")[0]] == ["shared", "alices"]
-        assert [r.task_id for r in store.list(participant="bob")[0]] == ["shared"]
-        assert store.list(participant="mallory") == ([], 0)
-        assert [r.task_id for r in store.list(participant=None)[0]] == ["anonymous"]
+        assert [r.task_id for r in store.list_index(participant="alice")[0]] == ["shared", "alices"]
+        assert [r.task_id for r in store.list_index(participant="bob")[0]] == ["shared"]
+        assert store.list_index(participant="mallory") == ([], 0)
+        assert [r.task_id for r in store.list_index(participant=None)[0]] == ["anonymous"]
     finally:
         store.close()
 
@@ -161,11 +174,61 @@ def test_a_store_from_before_the_participants_table_is_migrated_on_open(tmp_path
 
     store = TaskStore(path)
     try:
-        assert [r.task_id for r in store.list(participant="alice")[0]] == ["old"]
-        assert store.list(participant=None) == ([], 0)
+        assert [r.task_id for r in store.list_index(participant="alice")[0]] == ["old"]
+        assert store.list_index(participant=None) == ([], 0)
         migrated = store.get("old")
         assert migrated is not None and (migrated.messages, migrated.events) == (1, 1)
         assert store.messages("old", 0, 1)[0]["parts"] == [{"text": "hi"}]
         assert store.message_digest("old", "m1") == content_digest({"parts": [{"text": "hi"}]})
+    finally:
+        store.close()
+
+
+def entry(seq: int, state: str, *, messages: int = 1, busy: bool = False) -> IndexEntry:
+    return IndexEntry(
+        archive=Archive(
+            task_id="t",
+            agent_id="agent",
+            context_id="ctx",
+            first_message=0,
+            messages=({"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},),
+            events=tuple(TaskEvent(seq=n, kind="status", body={"n": n}) for n in range(1, seq + 1)),
+            participants=("alice",),
+        ),
+        status={"state": state, "timestamp": f"2026-01-01T00:00:0{seq}Z"},
+        last_seq=seq,
+        messages=messages,
+        busy=busy,
+    )
+
+
+def test_the_index_keeps_the_latest_state_whatever_order_its_writers_arrive_in(
+    tmp_path: Path,
+) -> None:
+    """A turn's write and a sender's receipt race: a stale entry never moves a task back, a
+    message accepted at the same event makes it busy, and an ended task stays ended."""
+    store = _Store(tmp_path / "agent.sqlite3")
+    try:
+        store.checkpoint(entry(3, "TASK_STATE_INPUT_REQUIRED"))
+        store.checkpoint(entry(2, "TASK_STATE_WORKING", busy=True), partial=True)
+        row = store.index_row("t")
+        assert row is not None
+        assert (row.state, row.last_seq, row.busy, row.participants) == (
+            "TASK_STATE_INPUT_REQUIRED",
+            3,
+            False,
+            ("alice",),
+        )
+        store.checkpoint(entry(3, "TASK_STATE_INPUT_REQUIRED", messages=2, busy=True))
+        row = store.index_row("t")
+        assert row is not None and (row.messages, row.busy) == (2, True)
+        store.put(record("t", state="TASK_STATE_CANCELED"))
+        store.checkpoint(entry(9, "TASK_STATE_WORKING"))
+        row = store.index_row("t")
+        assert row is not None and (row.state, row.closed) == ("TASK_STATE_CANCELED", True)
+        assert store.count_open() == 0
+        assert not store.cancel_requested("t")
+        store.request_cancel("t")
+        assert store.cancel_requested("t")
     finally:
         store.close()
