@@ -1,4 +1,4 @@
-"""Latency and throughput of a blocking A2A ``SendMessage`` on harness-runtime, against baselines.
+"""Latency and throughput of a blocking A2A ``SendMessage`` on a2a-harness, against baselines.
 
 What is measured
 ----------------

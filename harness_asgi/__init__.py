@@ -1,4 +1,4 @@
-"""The HTTP face of harness-runtime: A2A routes over Temporal, the 503 gate, the Hypercorn runner."""
+"""The HTTP face of a2a-harness: A2A routes over Temporal, the 503 gate, the Hypercorn runner."""
 
 from harness_asgi.app import HarnessApp, group_app
 from harness_asgi.handler import HarnessRequestHandler

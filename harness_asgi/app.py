@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import anyio
 import attrs
 from a2a.server.routes import (
     create_agent_card_routes,
@@ -38,9 +39,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness_asgi.card import build_agent_card
+from harness_asgi.guard import guard_routes
 from harness_asgi.handler import HarnessRequestHandler
 from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, identify
 from harness_asgi.limits import LimitsMiddleware, RateLimiter
@@ -62,6 +64,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("harness.http")
+
+#: How long clients may keep the agent card: it changes only when the agent restarts with another
+#: configuration; its ETag lets a client revalidate for the price of a 304.
+CARD_CACHE_CONTROL = "public, max-age=300"
 
 #: Request headers a browser client of an A2A agent sends.
 _CORS_HEADERS = [
@@ -110,12 +116,20 @@ def build_routes(harness: Harness) -> HarnessRoutes:
     ui_dir = harness.settings.ui_path
     if harness.routes.ui and ui_dir is not None:
         ui.append(Mount("/ui", app=StaticFiles(directory=ui_dir, html=True), name="ui"))
+    jsonrpc, rest = guard_routes(
+        [*create_jsonrpc_routes(handler, rpc_url="/", context_builder=builder)],
+        [*create_rest_routes(handler, context_builder=builder)],
+    )
     return HarnessRoutes(
-        card=[*create_agent_card_routes(card, card_modifier=current_card)],
+        card=[
+            *create_agent_card_routes(
+                card, card_modifier=current_card, cache_control=CARD_CACHE_CONTROL
+            )
+        ],
         monitor=monitor,
         ui=ui,
-        jsonrpc=[*create_jsonrpc_routes(handler, rpc_url="/", context_builder=builder)],
-        rest=[*create_rest_routes(handler, context_builder=builder)],
+        jsonrpc=jsonrpc,
+        rest=rest,
     )
 
 
@@ -238,6 +252,82 @@ class _Identify:
         await self._app(scope, receive, send)
 
 
+class _InFlight:
+    """One request the drain may cut: whether its response started, and ended."""
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.scope = scope
+        self.started = False
+        self.ended = False
+
+
+class Drain:
+    """The app's part in a graceful stop (``HarnessGroup.serve``): once ``begin`` is called, new
+    requests get ``503 {"error": "agent <id> is shutting down; retry"}`` with ``Retry-After``,
+    open streams end at once (a client resumes with ``Last-Event-ID``), and a request still
+    waiting at the deadline (a blocking send whose turn outlasts the grace period) gets the same
+    503; its task goes on in Temporal, and a retry of its message finds it. So the server stops
+    within its grace period, and nobody is answered with an internal error."""
+
+    def __init__(self, app: ASGIApp, agent_id: str) -> None:
+        self._app = app
+        self._agent_id = agent_id
+        self._deadline: float | None = None
+        self._in_flight: set[_InFlight] = set()
+
+    @property
+    def draining(self) -> bool:
+        return self._deadline is not None
+
+    def begin(self, seconds: float) -> None:
+        """Start draining: every request still waiting ``seconds`` from now is cut. Call it on the
+        event loop that serves the app."""
+        if self._deadline is not None:
+            return
+        self._deadline = anyio.current_time() + seconds
+        for flight in list(self._in_flight):
+            if flight.started:
+                flight.scope.cancel()
+            else:
+                flight.scope.deadline = self._deadline
+
+    def _refusal(self) -> Response:
+        return JSONResponse(
+            {"error": f"agent {self._agent_id} is shutting down; retry"},
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._deadline is not None:
+            await self._refusal()(scope, receive, send)
+            return
+        cancel = anyio.CancelScope()
+        flight = _InFlight(cancel)
+        with cancel:
+
+            async def tracked(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    flight.started = True
+                elif message["type"] == "http.response.body" and not message.get("more_body"):
+                    flight.ended = True
+                await send(message)
+
+            self._in_flight.add(flight)
+            try:
+                await self._app(scope, receive, tracked)
+            finally:
+                self._in_flight.discard(flight)
+        if not cancel.cancelled_caught:
+            return
+        if not flight.started:
+            log.info("%s %s cut off by the shutdown (503)", scope.get("method"), scope.get("path"))
+            await self._refusal()(scope, receive, send)
+        elif not flight.ended:
+            # A stream cut off: end its body cleanly rather than leave the connection hanging.
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 class HarnessApp:
     """The ASGI app of one agent. Construction does no I/O."""
 
@@ -263,7 +353,8 @@ class HarnessApp:
                 allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
                 allow_headers=_CORS_HEADERS,
             )
-        self._app = app
+        self.drain = Drain(app, harness.agent_id)
+        self._app: ASGIApp = self.drain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -17,7 +17,7 @@ __all__ = ["build_agent_card"]
 
 def _version() -> str:
     try:
-        return version("harness-runtime")
+        return version("a2a-harness")
     except PackageNotFoundError:
         return "0.0.0"
 

@@ -29,7 +29,7 @@ try:
     from fastapi.routing import APIRoute
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test
     raise ImportError(
-        "harness_asgi.fastapi needs FastAPI: pip install 'harness-runtime[fastapi]'"
+        "harness_asgi.fastapi needs FastAPI: install the a2a-harness 'fastapi' extra (in a checkout: pip install -e '.[fastapi]')"
     ) from exc
 
 from a2a.server.routes import add_a2a_routes_to_fastapi

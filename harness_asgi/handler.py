@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncGenerator, Generator
 from typing import Any, Literal, cast
 
+import anyio
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
 from a2a.server.request_handlers import (
@@ -49,7 +50,6 @@ from a2a.types import (
 from a2a.utils.errors import (
     A2AError,
     ContentTypeNotSupportedError,
-    ExtendedAgentCardNotConfiguredError,
     InternalError,
     InvalidParamsError,
     InvalidRequestError,
@@ -66,7 +66,7 @@ from harness_core import errors
 from harness_core.agents.modes import refused_media_types
 from harness_core.harness import Harness
 from harness_core.live import LIVE, LiveEvent
-from harness_core.payloads import TERMINAL_STATES, TaskEvent, TaskView
+from harness_core.payloads import TERMINAL_STATES, EventPage, TaskEvent, TaskView
 from harness_core.tasks import FOLLOW_FIRST_DELAY, FOLLOW_MAX_DELAY, TaskService
 
 __all__ = ["SEQ_KEY", "HarnessRequestHandler"]
@@ -175,6 +175,21 @@ def _last_event_id(context: ServerCallContext) -> int | None:
     return int(seq)
 
 
+def _check_tenant(context: ServerCallContext) -> None:
+    """An agent is served at its own URL and has no tenants (A2A 1.0 tenant: a path or field the
+    card names); a request naming one is refused rather than served as if it named none."""
+    if context.tenant:
+        raise InvalidParamsError(
+            message="this agent has no tenants: send requests without a tenant, to the URL its "
+            "card names"
+        )
+
+
+def _check_history_length(length: int) -> None:
+    if length < 0:
+        raise InvalidParamsError(message="historyLength must not be negative")
+
+
 @contextlib.contextmanager
 def _a2a_errors(operation: str) -> Generator[None, None, None]:
     """Turn runtime errors into A2A errors; never let an exception's text reach the client."""
@@ -187,8 +202,11 @@ def _a2a_errors(operation: str) -> Generator[None, None, None]:
     except errors.TaskNotCancelableError:
         raise TaskNotCancelableError() from None
     except errors.TaskClosedError as exc:
+        # A2A 1.0 3.1.1: a message to a task in a terminal state is an unsupported operation.
         # Our own message: it names the task and its state, nothing internal.
-        raise InvalidParamsError(message=f"{exc}; start a new task for a new request") from None
+        raise UnsupportedOperationError(
+            message=f"{exc}; start a new task for a new request"
+        ) from None
     except errors.InvalidRequestValueError as exc:
         raise InvalidParamsError(message=str(exc)) from None
     except errors.HarnessNotStartedError:
@@ -199,13 +217,46 @@ def _a2a_errors(operation: str) -> Generator[None, None, None]:
         raise InternalError(message=f"internal error (request {request_id})") from None
 
 
+#: A stream's read that fails for a reason of ours (a locked store, a slow Temporal call) is tried
+#: this many times, backing off, before the stream ends with an internal error.
+_POLL_ATTEMPTS = 4
+
+
+async def _patient_poll(
+    tasks: TaskService, task_id: str, after: int, participant: str | None
+) -> EventPage:
+    delay = 0.25
+    for attempt in range(1, _POLL_ATTEMPTS + 1):
+        try:
+            return await tasks.poll(task_id, after, participant)
+        except (A2AError, errors.HarnessError):
+            raise
+        except Exception as exc:
+            if attempt == _POLL_ATTEMPTS:
+                raise
+            log.warning(
+                "a stream's read of task %s failed (%s); retrying in %.2fs",
+                task_id,
+                type(exc).__name__,
+                delay,
+            )
+        await anyio.sleep(delay)
+        delay *= 2
+    raise AssertionError("unreachable")
+
+
+def _ended(view: TaskView) -> bool:
+    return view.closed or view.state in TERMINAL_STATES
+
+
 class HarnessRequestHandler(RequestHandler):
     """Serves one agent's A2A methods from its Temporal-backed ``TaskService``."""
 
     def __init__(self, harness: Harness) -> None:
         self._harness = harness
 
-    def _check_message(self, message: Message) -> None:
+    def _check_message(self, message: Message, context: ServerCallContext) -> None:
+        _check_tenant(context)
         if message.role != Role.ROLE_USER:
             raise InvalidParamsError(message="message.role must be ROLE_USER")
         if not message.message_id:
@@ -222,7 +273,8 @@ class HarnessRequestHandler(RequestHandler):
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
-        self._check_message(params.message)
+        self._check_message(params.message, context)
+        _check_history_length(params.configuration.history_length)
         with _a2a_errors("SendMessage"):
             tasks = self._harness.tasks
             delivery = await tasks.send(
@@ -241,7 +293,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        self._check_message(params.message)
+        self._check_message(params.message, context)
         participant = _sender(context)
         with _a2a_errors("SendStreamingMessage"):
             tasks = self._harness.tasks
@@ -256,9 +308,17 @@ class HarnessRequestHandler(RequestHandler):
             yield event
 
     async def _follow(
-        self, task_id: str, after: int, participant: str | None, operation: str
+        self,
+        task_id: str,
+        after: int,
+        participant: str | None,
+        operation: str,
+        *,
+        until_end: bool = False,
     ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent, None]:
-        """Yield the task's events after ``after`` until it settles or ends.
+        """Yield the task's events after ``after`` until it settles (a message's stream: the
+        agent answered or asks for input) or, ``until_end``, until it ends (a subscription, A2A
+        1.0 3.1.6: it lasts while the task can change).
 
         A turn running in this process reaches the stream live, as it emits; its durable copy,
         which arrives when the turn ends, is then left out where the stream already showed it
@@ -274,7 +334,7 @@ class HarnessRequestHandler(RequestHandler):
             delay = FOLLOW_FIRST_DELAY
             while True:
                 with _a2a_errors(operation):
-                    page = await tasks.poll(task_id, after, participant)
+                    page = await _patient_poll(tasks, task_id, after, participant)
                     protos = [await _event_proto(tasks, event) for event in page.events]
                 # Whatever an attempt emitted live was published before its durable copy could
                 # be read, so it is pending now. It is shown where it happened: after the stored
@@ -294,7 +354,7 @@ class HarnessRequestHandler(RequestHandler):
                         yield proto
                 async for live_proto in self._live_protos(pending, after, operation):
                     yield live_proto
-                if page.view.settled:
+                if _ended(page.view) if until_end else page.view.settled:
                     return
                 delay = FOLLOW_FIRST_DELAY if page.events else min(delay * 1.5, FOLLOW_MAX_DELAY)
                 await live.wait(delay)
@@ -312,6 +372,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
+        _check_tenant(context)
         resume = _last_event_id(context)
         after = resume or 0
         participant = _reader(context)
@@ -338,13 +399,17 @@ class HarnessRequestHandler(RequestHandler):
         for event, proto in zip(page.events, protos, strict=True):
             yield proto
             after = event.seq
-        if page.view.settled:
+        if _ended(page.view):
             return
-        async for event in self._follow(params.id, after, participant, "SubscribeToTask"):
+        async for event in self._follow(
+            params.id, after, participant, "SubscribeToTask", until_end=True
+        ):
             yield event
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        _check_tenant(context)
+        _check_history_length(params.history_length)
         with _a2a_errors("GetTask"):
             tasks = self._harness.tasks
             view = await tasks.view(params.id, _reader(context))
@@ -356,6 +421,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
+        _check_tenant(context)
         if params.HasField("page_size") and not 1 <= params.page_size <= 100:
             raise InvalidParamsError(message="pageSize must be between 1 and 100")
         page_size = params.page_size if params.HasField("page_size") else 50
@@ -396,6 +462,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
+        _check_tenant(context)
         with _a2a_errors("CancelTask"):
             tasks = self._harness.tasks
             view = await tasks.cancel(params.id, _reader(context))
@@ -424,4 +491,8 @@ class HarnessRequestHandler(RequestHandler):
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> AgentCard:
-        raise ExtendedAgentCardNotConfiguredError()
+        # A2A 1.0 3.1.11: an agent whose card does not declare an extended card answers
+        # UnsupportedOperationError.
+        raise UnsupportedOperationError(
+            message="this agent has no extended agent card (its card does not declare one)"
+        )

@@ -32,12 +32,14 @@ async def serve_http(
     graceful_timeout: float,
     shutdown_trigger: Callable[[], Awaitable[Any]],
     *,
+    on_stop: Callable[[], None] | None = None,
     task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``bind`` until ``shutdown_trigger`` returns or the caller is cancelled.
 
-    Either way Hypercorn stops accepting and gives in-flight requests ``graceful_timeout`` seconds
-    before it closes them; this returns (or re-raises the cancellation) after that.
+    Either way ``on_stop`` is called (the apps start draining), then Hypercorn stops accepting and
+    gives in-flight requests ``graceful_timeout`` seconds before it closes them; this returns (or
+    re-raises the cancellation) after that.
     """
     host, port = split_host_port(bind)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -73,6 +75,8 @@ async def serve_http(
             try:
                 await shutdown_trigger()
             finally:
+                if on_stop is not None:
+                    on_stop()
                 stop.set()
     finally:
         sock.close()

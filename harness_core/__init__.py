@@ -1,4 +1,4 @@
-"""harness-runtime's core: configuration, agents, the group lifecycle, Temporal, the store.
+"""a2a-harness's core: configuration, agents, the group lifecycle, Temporal, the store.
 
 Nothing here imports the HTTP layer (``harness_asgi``) at module level.
 """

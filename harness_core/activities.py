@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import attrs
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from harness_core.agents.context import ActivityTurnContext, outcome_of
 from harness_core.agents.parts import message_from_json
@@ -51,7 +51,7 @@ from harness_core.workflows import (
     TOOL_CALL,
 )
 
-__all__ = ["HISTORY_WINDOW", "AgentActivities", "LlmLoop"]
+__all__ = ["HISTORY_WINDOW", "WORKER_GRACE", "AgentActivities", "LlmLoop"]
 
 log = logging.getLogger("harness.worker")
 T = TypeVar("T")
@@ -60,6 +60,9 @@ T = TypeVar("T")
 # worker that dies mid-turn is noticed in seconds and the turn retried elsewhere; a cancel of the task
 # reaches the turn with the heartbeat's answer, or from the index, which is looked at as often.
 _WATCH_EVERY = 0.5
+#: How long a stopping worker lets running activities (turns, model requests, tool calls) finish
+#: before it stops them; they are run again, uncounted, when a worker polls the queue again.
+WORKER_GRACE = 1.0
 #: The most messages a turn is given: the task's latest ones.
 HISTORY_WINDOW = 400
 
@@ -224,11 +227,24 @@ class AgentActivities:
         workflow's signal, which waits for a local activity's workflow task). A worker stop
         (``WorkerStopped``, retried freely) is told from the agent's own failure."""
         local = activity.info().is_local
-        canceled = False
+        canceled = stopped = False
         result: list[T] = []
         failure: list[Exception] = []
         try:
             async with anyio.create_task_group() as tg:
+
+                async def hand_back() -> None:
+                    # A stopping worker cancels regular activities after its grace period, but
+                    # waits for local ones: stop this one then too, so the host keeps to its
+                    # grace period, and the workflow runs the turn again on the next worker.
+                    nonlocal stopped
+                    await activity.wait_for_worker_shutdown()
+                    await anyio.sleep(WORKER_GRACE)
+                    stopped = True
+                    tg.cancel_scope.cancel()
+
+                if local:
+                    tg.start_soon(hand_back)
 
                 async def watch() -> None:
                     nonlocal canceled
@@ -250,16 +266,30 @@ class AgentActivities:
                 tg.cancel_scope.cancel()
         except anyio.get_cancelled_exc_class():
             if activity.is_worker_shutdown():
+                # Benign: Temporal logs it at DEBUG, not as a failure with a traceback.
                 raise ApplicationError(
-                    "the worker stopped during this attempt", type="WorkerStopped"
+                    "the worker stopped during this attempt",
+                    type="WorkerStopped",
+                    category=ApplicationErrorCategory.BENIGN,
                 ) from None
             raise
         if failure:
             raise failure[0]
+        if stopped and not result:
+            raise ApplicationError(
+                "the worker stopped during this attempt",
+                type="WorkerStopped",
+                category=ApplicationErrorCategory.BENIGN,
+            )
         if not result:
             # Only the watcher cancels the group without a result.
             assert canceled
-            raise ApplicationError("the task was canceled", type=TASK_CANCELED, non_retryable=True)
+            raise ApplicationError(
+                "the task was canceled",
+                type=TASK_CANCELED,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            )
         return result[0]
 
     def all(self) -> list[Callable[..., Any]]:

@@ -1,6 +1,6 @@
 """The Temporal bridge: the one module that knows whether asyncio or Trio runs.
 
-temporalio runs only on asyncio. Everything else in harness-runtime is AnyIO, so every Temporal call
+temporalio runs only on asyncio. Everything else in a2a-harness is AnyIO, so every Temporal call
 (client calls, worker runs, connecting) goes through :meth:`TemporalBridge.call`:
 
 * under asyncio the call is awaited directly: no thread, no overhead;

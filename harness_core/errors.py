@@ -22,7 +22,7 @@ __all__ = [
 
 
 class HarnessError(Exception):
-    """Base class of every error raised on purpose by harness-runtime."""
+    """Base class of every error raised on purpose by a2a-harness."""
 
 
 class ConfigError(HarnessError):

@@ -14,6 +14,7 @@ import logging
 import signal
 import threading
 from collections.abc import AsyncGenerator, Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
@@ -172,8 +173,20 @@ class HarnessGroup:
             if threading.current_thread() is threading.main_thread():
                 await tg.start(_watch_signals, on_signal)
             await tg.start(self.run)
+
+            def drain() -> None:
+                # Requests get the grace period less what stopping the agents takes after them.
+                for h in self.harnesses:
+                    h.asgi_app().drain.begin(max(0.0, graceful - stop_reserve(graceful)))
+
             async with anyio.create_task_group() as http:
-                address = await http.start(serve_http, app, self.bind, graceful, stop.wait)
+                address = await http.start(
+                    partial(serve_http, on_stop=drain),
+                    app,
+                    self.bind,
+                    graceful,
+                    stop.wait,
+                )
                 serving = True
                 for h in self.harnesses:
                     h.bound(*address)
@@ -181,6 +194,12 @@ class HarnessGroup:
                 task_status.started(address)
             # Hypercorn has shut down gracefully (after a signal): now stop the agents.
             tg.cancel_scope.cancel()
+
+
+def stop_reserve(graceful: float) -> float:
+    """What of the grace period stopping the agents gets, after the HTTP requests: their workers
+    (a turn still running is handed back to Temporal) and the embedded dev server (~1 s)."""
+    return min(2.5, graceful / 2)
 
 
 def harnesses_lifespan(

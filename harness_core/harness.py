@@ -20,7 +20,7 @@ import attrs
 from anyio.abc import TaskStatus
 from temporalio.client import Client
 
-from harness_core.activities import AgentActivities
+from harness_core.activities import WORKER_GRACE, AgentActivities
 from harness_core.agents.builtin import agent_from_config, model_loop_from_config
 from harness_core.agents.modes import LLM_INPUT_MODES, TEXT_MODES
 from harness_core.agents.turn import Agent, AgentFunction
@@ -28,7 +28,7 @@ from harness_core.blobs import BlobStore
 from harness_core.config import Settings
 from harness_core.converter import data_converter
 from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
-from harness_core.logs import agent_context, install_record_redaction
+from harness_core.logs import agent_context, install_record_redaction, quiet_client_errors
 from harness_core.model import Model, as_agent
 from harness_core.payloads import TaskStart
 from harness_core.pool import pool
@@ -214,6 +214,7 @@ class Harness:
         self.state, self.failure = AgentState.STARTING, None
         done = self._done = anyio.Event()
         install_record_redaction()
+        quiet_client_errors()
         # The agent's own lines (ready, failed, its worker's) carry its id too.
         with agent_context(self.agent_id):
             await self._run(done, task_status)
@@ -241,7 +242,9 @@ class Harness:
                                     connection,
                                     queue,
                                     activities,
-                                    graceful_timeout=graceful,
+                                    # What is left of the grace period after the requests:
+                                    # a turn still running then is handed back to Temporal.
+                                    graceful_timeout=min(graceful, WORKER_GRACE),
                                 )
                             )
                             await sync_heartbeat_schedule(

@@ -40,6 +40,7 @@ __all__ = [
     "configure_logging",
     "current_agent",
     "install_record_redaction",
+    "quiet_client_errors",
 ]
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(agent)s] %(message)s"
@@ -95,6 +96,28 @@ def install_record_redaction() -> None:
 
         logging.setLogRecordFactory(factory)
         _factory_installed = True
+
+
+#: The A2A SDK logs every client error it answers (a task not found, a bad parameter) at WARNING;
+#: they are the client's mistakes, not the server's trouble.
+_CLIENT_ERROR_LOGGERS = ("a2a.server.routes.jsonrpc_dispatcher", "a2a.utils.error_handlers")
+
+
+class _ClientErrorsAtInfo(logging.Filter):
+    """Lowers the SDK's WARNING about a client error to INFO (its internal errors stay ERROR)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.WARNING:
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def quiet_client_errors() -> None:
+    """Log the SDK's client errors at INFO. Idempotent."""
+    for name in _CLIENT_ERROR_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _ClientErrorsAtInfo) for f in logger.filters):
+            logger.addFilter(_ClientErrorsAtInfo())
 
 
 def _mask_record(record: logging.LogRecord) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
 from typing import Generic, TypeVar
@@ -21,6 +22,13 @@ from typing import Generic, TypeVar
 import anyio
 import attrs
 from temporalio.client import Client
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 
 from harness_core.bridge import TemporalBridge, current_backend, open_bridge
 from harness_core.config import Settings
@@ -168,7 +176,10 @@ class TemporalPool:
 
                 async def connect_embedded() -> Client:
                     return await Client.connect(
-                        server.address, namespace=namespace, data_converter=data_converter
+                        server.address,
+                        namespace=namespace,
+                        data_converter=data_converter,
+                        runtime=temporal_runtime(),
                     )
 
                 client = await bridge.call(connect_embedded)
@@ -185,6 +196,7 @@ class TemporalPool:
                 api_key=api_key,
                 tls=tls,
                 data_converter=data_converter,
+                runtime=temporal_runtime(),
             )
 
         client = await bridge.call(connect)
@@ -192,3 +204,22 @@ class TemporalPool:
 
 
 pool = TemporalPool()
+
+_runtime: Runtime | None = None
+
+
+def temporal_runtime() -> Runtime:
+    """The process's Temporal runtime for the harness's clients, created once: its core's log
+    lines (warnings and errors; Rust's own, in colour on stderr by default) go to the Python logger
+    ``temporalio.core``, so they take the configured format like every other line."""
+    global _runtime
+    if _runtime is None:
+        _runtime = Runtime(
+            telemetry=TelemetryConfig(
+                logging=LoggingConfig(
+                    filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+                    forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+                )
+            )
+        )
+    return _runtime

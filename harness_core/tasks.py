@@ -429,6 +429,16 @@ class TaskService:
         if owner is None:
             return await self._closed_delivery(task_id, inbound)
         message_id = str(inbound.message.get("messageId", ""))
+        context_id = str(inbound.message.get("contextId") or "")
+        if context_id:
+            row = await self._row(task_id)
+            visible = row is not None and may_access(row.participants, inbound.participant)
+            if visible and row is not None and row.context_id != context_id:
+                # As the reference server does: the message belongs to another conversation.
+                raise InvalidRequestValueError(
+                    f"contextId {context_id} is not the context of task {task_id} "
+                    f"({row.context_id}); leave it out or send the task's own"
+                )
         if message_id.startswith(f"{task_id}:"):
             raise InvalidRequestValueError(
                 f"message ids starting with {task_id}: belong to the agent"

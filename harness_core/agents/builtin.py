@@ -72,7 +72,7 @@ def model_loop_from_config(settings: Settings) -> ModelLoop | None:
     except ImportError as exc:
         raise ConfigError(
             f'{label}: model.kind = "{model.kind}" needs the models extra: '
-            f"pip install 'harness-runtime[models]' ({exc})"
+            f"install the a2a-harness 'models' extra (in a checkout: pip install -e '.[models]') ({exc})"
         ) from None
     except ValueError as exc:
         raise ConfigError(f"{label}: 'model.tools': {exc}") from None

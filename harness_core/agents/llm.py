@@ -15,7 +15,7 @@ described to the workflow by :func:`response_summary`.
 - :class:`ModelCallError`: every provider failure, classified as retryable or not, with a message
   that is safe to log and show (never the provider's text, which may echo a key or the prompt).
 
-pydantic-ai is an optional dependency (``harness-runtime[models]``); nothing else in the package
+pydantic-ai is an optional dependency (``a2a-harness[models]``); nothing else in the package
 imports this module at module level.
 """
 
@@ -49,7 +49,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"harness_core.agents.llm needs pydantic-ai and the provider SDKs ({error.name} is missing): "
-        "pip install 'harness-runtime[models]'"
+        "install the a2a-harness 'models' extra (in a checkout: pip install -e '.[models]')"
     ) from error
 
 __all__ = [

@@ -8,7 +8,7 @@ is not gets one attempt only) and ``timeout``. :meth:`LoadedTool.call` validates
 arguments, runs the function and returns its result as text.
 
 Tools take plain parameters; there is no ``RunContext``. pydantic-ai is an optional dependency
-(``harness-runtime[models]``); nothing else in the package imports this module at module level.
+(``a2a-harness[models]``); nothing else in the package imports this module at module level.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"harness_core.agents.tools needs pydantic-ai ({error.name} is missing): "
-        "pip install 'harness-runtime[models]'"
+        "install the a2a-harness 'models' extra (in a checkout: pip install -e '.[models]')"
     ) from error
 
 __all__ = [

@@ -276,7 +276,8 @@ async def test_a_message_to_an_ended_task_is_refused_with_a_clear_error(make_har
     harness = make_harness(ScriptedModel(["done"]))
     async with serving(harness) as url, a2a_client(url, streaming=False) as client:
         task = await send_blocking(client, user_message("one"))
-        with pytest.raises(InvalidParamsError) as refused:
+        # A2A 1.0 3.1.1: a message to a task in a terminal state is an unsupported operation.
+        with pytest.raises(UnsupportedOperationError) as refused:
             await send_blocking(client, user_message("two", task_id=task.id))
         after = await client.get_task(GetTaskRequest(id=task.id))
     assert f"task {task.id} is completed" in str(refused.value)

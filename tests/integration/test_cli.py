@@ -439,3 +439,106 @@ def test_sigterm_during_start_up_stops_quietly_and_leaves_no_dev_server(
     assert process.returncode in (0, -signal.SIGTERM), output.decode(errors="replace")
     assert b"Traceback" not in output
     assert dev_servers_on(path.parent / ".harness" / "temporal.sqlite3") == []
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_sigterm_keeps_to_the_grace_period_and_hands_a_long_turn_back_to_temporal(
+    tmp_path: Path, backend: str
+) -> None:
+    """Given a 4 s grace period, a blocking send whose turn takes 30 s and an open stream, when
+    SIGTERM arrives, then the stream ends at once, the blocked sender gets 503 "shutting down;
+    retry", and the process exits 0 within the grace period (plus the dev server's own stop),
+    logging no traceback; after a restart the turn runs again and a retry of the message gets the
+    completed task."""
+    port = free_port()
+    body = """
+        [agent]
+        id = "patient"
+
+        [server]
+        bind = "127.0.0.1:{port}"
+        graceful_timeout = "4s"
+
+        [model]
+        kind = "echo"
+        delay = "{delay}"
+        """
+    path = write_config(tmp_path, body.format(port=port, delay="30s"))
+    server = Server(path, port, "--backend", backend)
+    message = {"messageId": "long", "role": "ROLE_USER", "parts": [{"text": "take your time"}]}
+    answers: list[httpx.Response] = []
+    streamed: list[str] = []
+
+    def send() -> None:
+        answers.append(
+            httpx.post(
+                f"{server.url}/",
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "SendMessage",
+                    "params": {"message": message},
+                },
+                headers={"A2A-Version": "1.0"},
+                timeout=60,
+            )
+        )
+
+    def stream() -> None:
+        other = {**message, "messageId": "streamed"}
+        request = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "SendStreamingMessage",
+            "params": {"message": other},
+        }
+        with httpx.stream(
+            "POST", f"{server.url}/", json=request, headers={"A2A-Version": "1.0"}, timeout=60
+        ) as r:
+            streamed.extend(r.iter_lines())
+
+    threads = [threading.Thread(target=send), threading.Thread(target=stream)]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while (
+            len(rpc(server.url, "ListTasks", {"status": "TASK_STATE_WORKING"})["result"]["tasks"])
+            < 2
+        ):
+            assert time.monotonic() < deadline, server.log
+            time.sleep(0.05)  # another process: polling is the only signal
+        stopped_at = time.monotonic()
+        code = server.stop(signal.SIGTERM)
+        took = time.monotonic() - stopped_at
+    finally:
+        for thread in threads:
+            thread.join(timeout=60)
+        server.kill()
+    assert code == 0, server.log
+    assert took < 4 + 1.5, (took, server.log)
+    assert "Traceback" not in server.log
+    [answer] = answers
+    assert answer.status_code == 503
+    assert answer.json() == {"error": "agent patient is shutting down; retry"}
+    assert any("TASK_STATE_WORKING" in line for line in streamed)
+    assert not any('"error"' in line for line in streamed)
+
+    path.write_text(textwrap.dedent(body.format(port=port, delay="0s")))
+    again = Server(path, port, "--backend", backend)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            retried = rpc(again.url, "SendMessage", {"message": message})
+            state = retried["result"]["task"]["status"]["state"]
+            if state == "TASK_STATE_COMPLETED" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert again.stop() == 0
+    finally:
+        again.kill()
+    assert state == "TASK_STATE_COMPLETED", retried
+    assert [m["parts"][0]["text"] for m in retried["result"]["task"]["history"]] == [
+        "take your time",
+        "take your time",
+    ]

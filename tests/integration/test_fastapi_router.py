@@ -190,4 +190,7 @@ def test_without_fastapi_the_module_names_the_extra_to_install(anyio_backend: st
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
-    assert "pip install 'harness-runtime[fastapi]'" in out
+    assert (
+        "install the a2a-harness 'fastapi' extra (in a checkout: pip install -e '.[fastapi]')"
+        in out
+    )

@@ -591,7 +591,10 @@ def test_without_pydantic_ai_the_import_error_names_the_extra(module: str) -> No
     )
 
     assert result.returncode != 0
-    assert "pip install 'harness-runtime[models]'" in result.stderr
+    assert (
+        "install the a2a-harness 'models' extra (in a checkout: pip install -e '.[models]')"
+        in result.stderr
+    )
 
 
 def test_the_rest_of_the_package_imports_without_pydantic_ai() -> None:
