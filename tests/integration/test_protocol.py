@@ -109,6 +109,7 @@ async def test_a_subscription_lasts_until_the_task_ends_and_resumes_after_its_la
         task = await send_blocking(sender, user_message("pick"))
         assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
         seen: list[StreamResponse] = []
+        answers: list[Task] = []
         async with a2a_client(url, headers={"Last-Event-ID": "1"}) as resumer:
             resumed: list[StreamResponse] = []
             async with anyio.create_task_group() as tg:
@@ -126,15 +127,17 @@ async def test_a_subscription_lasts_until_the_task_ends_and_resumes_after_its_la
                 with anyio.fail_after(30):
                     while len(seen) < 1 or len(resumed) < 1:
                         await anyio.sleep(0.01)
-                    answer = await send_blocking(
-                        sender, user_message("the blue one", task_id=task.id)
+                    answers.append(
+                        await send_blocking(sender, user_message("the blue one", task_id=task.id))
                     )
-    assert answer.status.state == TaskState.TASK_STATE_COMPLETED
+    assert answers[0].status.state == TaskState.TASK_STATE_COMPLETED
     states = [e.status_update.status.state for e in seen if e.HasField("status_update")]
     assert seen[0].task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert states[-1] == TaskState.TASK_STATE_COMPLETED
     resumed_seqs = [
-        e.status_update.metadata["harness.seq"] for e in resumed if e.HasField("status_update")
+        float(e.status_update.metadata["harness.seq"])  # pyright: ignore[reportArgumentType]
+        for e in resumed
+        if e.HasField("status_update")
     ]
     assert resumed_seqs and min(resumed_seqs) > 1
     assert resumed[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
