@@ -42,7 +42,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness_asgi.card import build_agent_card
-from harness_asgi.guard import guard_routes
+from harness_asgi.guard import StreamGate, guard_routes
 from harness_asgi.handler import HarnessRequestHandler
 from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, identify
 from harness_asgi.limits import LimitsMiddleware, RateLimiter
@@ -119,6 +119,7 @@ def build_routes(harness: Harness) -> HarnessRoutes:
     jsonrpc, rest = guard_routes(
         [*create_jsonrpc_routes(handler, rpc_url="/", context_builder=builder)],
         [*create_rest_routes(handler, context_builder=builder)],
+        StreamGate(harness.settings.retention.max_streams),
     )
     return HarnessRoutes(
         card=[

@@ -40,8 +40,9 @@ from google.protobuf.message import Message as ProtoMessage
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import Receive, Scope, Send
 
-__all__ = ["Refusal", "check_jsonrpc", "check_rest", "guard_routes"]
+__all__ = ["Refusal", "StreamGate", "check_jsonrpc", "check_rest", "guard_routes"]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -142,8 +143,9 @@ def _fits(params: dict[str, Any], model: type[ProtoMessage]) -> str | None:
     return None
 
 
-def check_jsonrpc(headers: Mapping[str, str], body: bytes) -> None:
-    """Raise ``Refusal`` when a JSON-RPC request is malformed; return when the SDK may take it."""
+def check_jsonrpc(headers: Mapping[str, str], body: bytes) -> str:
+    """Raise ``Refusal`` when a JSON-RPC request is malformed; return its method when the SDK may
+    take it."""
     if not _json_type(headers.get("content-type", "")):
         raise Refusal(415, INVALID_REQUEST, "Content-Type must be application/json")
     data = _load(body, 200)
@@ -171,10 +173,11 @@ def check_jsonrpc(headers: Mapping[str, str], body: bytes) -> None:
         raise Refusal(200, INVALID_PARAMS, "Invalid params: params must be an object", request_id)
     model = _METHODS.get(method)
     if model is None:
-        return  # the SDK answers -32601, in its own words, which are fine
+        return method  # the SDK answers -32601, in its own words, which are fine
     problem = _fits(params, model)  # pyright: ignore[reportUnknownArgumentType]
     if problem is not None:
         raise Refusal(200, INVALID_PARAMS, f"Invalid params for {method}: {problem}", request_id)
+    return method
 
 
 def check_rest(
@@ -247,24 +250,84 @@ def _refused(refusal: Refusal, request: Request, *, jsonrpc: bool) -> Response:
     return JSONResponse(content, status_code=refusal.status)
 
 
-def guarded_jsonrpc(endpoint: Endpoint) -> Endpoint:
-    """The SDK's JSON-RPC endpoint behind ``check_jsonrpc``."""
+class StreamGate:
+    """Counts an agent's open streams (SSE responses) and refuses one past ``limit``
+    (``[retention] max_streams``): each holds a connection and a follower until its task ends."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    async def guard(self, request: Request, endpoint: Endpoint, *, jsonrpc: bool) -> Response:
+        if self.open >= self.limit:
+            log.info(
+                "refused a stream: %d are open, the most [retention] max_streams allows", self.open
+            )
+            refusal = Refusal(
+                503,
+                INVALID_REQUEST,
+                f"too many open streams ({self.limit}); retry later, or poll with GetTask",
+            )
+            response = _refused(refusal, request, jsonrpc=jsonrpc)
+            response.headers["Retry-After"] = "5"
+            return response
+        self.open += 1
+        try:
+            response = await endpoint(request)
+        except BaseException:
+            self.open -= 1
+            raise
+        return _Released(response, self._leave)
+
+    def _leave(self) -> None:
+        self.open -= 1
+
+
+class _Released(Response):
+    """A response that gives its stream's place back once it has been sent (or cut off)."""
+
+    def __init__(self, inner: Response, release: Callable[[], None]) -> None:
+        self._inner = inner
+        self._release = release
+        self.status_code = inner.status_code
+        self.background = None
+
+    @property
+    def headers(self) -> Any:  # pyright: ignore[reportIncompatibleVariableOverride]
+        return self._inner.headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._inner(scope, receive, send)
+        finally:
+            self._release()
+
+
+_STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
+
+
+def guarded_jsonrpc(endpoint: Endpoint, streams: StreamGate) -> Endpoint:
+    """The SDK's JSON-RPC endpoint behind ``check_jsonrpc`` (and, for a stream, ``streams``)."""
 
     async def jsonrpc(request: Request) -> Response:
         body = await request.body()  # kept on the request for the SDK's own read
         try:
-            check_jsonrpc(request.headers, body)
+            method = check_jsonrpc(request.headers, body)
         except Refusal as refusal:
             return _refused(refusal, request, jsonrpc=True)
+        if method in _STREAMING:
+            return await streams.guard(request, endpoint, jsonrpc=True)
         return await endpoint(request)
 
     jsonrpc.__doc__ = endpoint.__doc__
     return jsonrpc
 
 
-def guarded_rest(endpoint: Endpoint, path: str) -> Endpoint:
-    """An SDK HTTP+JSON endpoint (its route's ``path``) behind ``check_rest``."""
+def guarded_rest(endpoint: Endpoint, path: str, streams: StreamGate) -> Endpoint:
+    """An SDK HTTP+JSON endpoint (its route's ``path``) behind ``check_rest`` (and, for a
+    stream, ``streams``)."""
     model = _REST_BODIES.get(path)
+    streaming = path.endswith((":stream", ":subscribe"))
 
     async def rest(request: Request) -> Response:
         body = b""
@@ -274,6 +337,8 @@ def guarded_rest(endpoint: Endpoint, path: str) -> Endpoint:
             check_rest(request.method, request.headers, body, request.url.query, model)
         except Refusal as refusal:
             return _refused(refusal, request, jsonrpc=False)
+        if streaming:
+            return await streams.guard(request, endpoint, jsonrpc=False)
         return _as_specified(await endpoint(request))
 
     rest.__doc__ = endpoint.__doc__
@@ -295,7 +360,7 @@ def _as_specified(response: Response) -> Response:
 
 
 def guard_routes(
-    jsonrpc: list[BaseRoute], rest: list[BaseRoute]
+    jsonrpc: list[BaseRoute], rest: list[BaseRoute], streams: StreamGate
 ) -> tuple[list[BaseRoute], list[BaseRoute]]:
     """The SDK's routes with every endpoint behind the guard (the tenant mount's too)."""
 
@@ -303,7 +368,7 @@ def guard_routes(
         if isinstance(route, Route):
             return Route(
                 route.path,
-                guarded_rest(route.endpoint, route.path),
+                guarded_rest(route.endpoint, route.path, streams),
                 methods=sorted(route.methods or ()),
                 name=route.name,
             )
@@ -315,7 +380,7 @@ def guard_routes(
         if isinstance(route, Route):
             return Route(
                 route.path,
-                guarded_jsonrpc(route.endpoint),
+                guarded_jsonrpc(route.endpoint, streams),
                 methods=sorted(route.methods or ()),
                 name=route.name,
             )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Generator
 from datetime import UTC, datetime
 from functools import partial
@@ -87,12 +88,17 @@ class AgentActivities:
         store: TaskStore,
         blobs: BlobStore,
         llm: LlmLoop | None = None,
+        *,
+        ended_ttl: float = 0.0,
     ) -> None:
         self.agent_id = agent_id
         self.agent = agent
         self.store = store
         self.blobs = blobs
         self.llm = llm
+        # Ended tasks and unreferenced blobs older than this are swept by the heartbeat (0: never).
+        self.ended_ttl = ended_ttl
+        self._doomed: set[str] = set()
 
     def _check_agent(self, agent_id: str, what: str) -> None:
         """Refuse work of another agent: it reaches this worker only when two agents (in two
@@ -220,6 +226,32 @@ class AgentActivities:
     def heartbeat(self, agent_id: str) -> None:
         self._check_agent(agent_id, "the heartbeat")
         self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
+        if self.ended_ttl:
+            self.sweep()
+
+    def sweep(self) -> tuple[int, int]:
+        """Remove what ended longer than ``[retention] ended_ttl`` ago: tasks, then blobs no
+        stored task refers to. Returns how many of each."""
+        before = int((time.time() - self.ended_ttl) * 1_000_000)
+        tasks = 0
+        while True:
+            swept = self.store.sweep(before)
+            tasks += swept
+            if swept < 1000:
+                break
+        # A blob goes in two steps: unreferenced at one sweep, removed at the next if it still is,
+        # so a read that began before its task was removed never finds its content gone.
+        unreferenced = self.blobs.unreferenced(self.ended_ttl, self.store.blob_refs())
+        blobs = self.blobs.remove(unreferenced & self._doomed)
+        self._doomed = unreferenced - self._doomed
+        if tasks or blobs:
+            log.info(
+                "agent %s: removed %d ended task(s) and %d blob(s) past [retention] ended_ttl",
+                self.agent_id,
+                tasks,
+                blobs,
+            )
+        return tasks, blobs
 
     async def _guarded(self, task_id: str, work: Callable[[], Awaitable[T]]) -> T:
         """Run an agent's work, heartbeating when it is a regular activity, and watching the index

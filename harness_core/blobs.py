@@ -12,10 +12,12 @@ media type and metadata; its content field (``raw``, ``text`` or ``data``) is re
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -48,7 +50,11 @@ class BlobStore:
         """Store ``data`` (once, whatever the number of calls) and return its reference."""
         digest = hashlib.sha256(data).hexdigest()
         path = self._path(digest)
-        if not path.exists():
+        if path.exists():
+            # Referred to again: the sweep keeps blobs by when they were last stored.
+            with contextlib.suppress(OSError):
+                os.utime(path)
+        else:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             try:
@@ -59,6 +65,37 @@ class BlobStore:
                 Path(temp).unlink(missing_ok=True)
                 raise
         return f"sha256:{digest}"
+
+    def unreferenced(self, older_than: float, keep: set[str]) -> set[str]:
+        """References of the blobs stored (or stored again) more than ``older_than`` seconds ago
+        that are not in ``keep``."""
+        cutoff = time.time() - older_than
+        found: set[str] = set()
+        root = self.directory / "sha256"
+        if not root.is_dir():
+            return found
+        for path in root.glob("*/*"):
+            ref = f"sha256:{path.name}"
+            if path.name.startswith(".") or ref in keep:
+                continue
+            try:
+                if path.stat().st_mtime < cutoff:
+                    found.add(ref)
+            except FileNotFoundError:
+                continue
+        return found
+
+    def remove(self, refs: set[str]) -> int:
+        """Remove these blobs; returns how many were there."""
+        removed = 0
+        for ref in refs:
+            digest = ref.removeprefix("sha256:")
+            try:
+                self._path(digest).unlink()
+                removed += 1
+            except FileNotFoundError:
+                continue
+        return removed
 
     def get(self, ref: str) -> bytes:
         """The content of ``ref``; raises ``BlobMissingError`` when the store does not have it."""

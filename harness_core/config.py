@@ -44,8 +44,8 @@ __all__ = [
 _AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 # Only a name is accepted here; anything else is likely the key itself pasted in by mistake.
 _ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
-_DURATION_PATTERN = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h)\s*")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PATTERN = re.compile(r"\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h|d)\s*")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _MEDIA_TYPE_PATTERN = r"(\*/\*|[a-z0-9][a-z0-9.+-]*/(\*|[a-z0-9][a-z0-9.+-]*))"
 _IMPORT_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
 _IMPORT_HINT = 'must be "package.module:name", e.g. "my_pkg.tools:lookup_order"'
@@ -124,6 +124,19 @@ class HeartbeatConfig:
 
 
 @attrs.frozen
+class RetentionConfig:
+    """``[retention]``: how long tasks, their records and streams may last."""
+
+    # A task waiting for input (or auth) that gets no message for this long ends; 0 means never.
+    idle_timeout: float = 7 * 86400.0
+    expired_state: Literal["canceled", "failed"] = "canceled"  # how an expired task ends
+    # Ended tasks (record, messages, events) and blobs nothing refers to any more are removed by
+    # the heartbeat this long after they ended; 0 means they are kept.
+    ended_ttl: float = 30 * 86400.0
+    max_streams: int = 1000  # open streams (SSE) of the agent in this process; past it: 503
+
+
+@attrs.frozen
 class ModelConfig:
     """``[model]``: what answers each turn: a built-in agent, a model server, or Python code."""
 
@@ -157,6 +170,7 @@ class Settings:
     store: StoreConfig = attrs.field(factory=StoreConfig)
     heartbeat: HeartbeatConfig = attrs.field(factory=HeartbeatConfig)
     model: ModelConfig = attrs.field(factory=ModelConfig)
+    retention: RetentionConfig = attrs.field(factory=RetentionConfig)
     # Set by the loader, never read from TOML.
     source: Path | None = None
     base_dir: Path = attrs.field(default=Path("."))
@@ -280,6 +294,7 @@ for _cls in (
     StoreConfig,
     HeartbeatConfig,
     ModelConfig,
+    RetentionConfig,
     Settings,
 ):
     # The TOML walk below reads field types, which `from __future__ import annotations` leaves
@@ -337,7 +352,7 @@ def parse_duration(value: object, *, key: str, source: str) -> float:
                 source,
                 key,
                 value,
-                'must be a number of seconds or a number with a unit: "250ms", "30s", "5m", "1h"',
+                'must be a number of seconds or a number with a unit: "250ms", "30s", "5m", "1h", "7d"',
             )
         seconds = float(match[1]) * _DURATION_UNITS[match[2]]
     else:
@@ -563,6 +578,20 @@ def _validate(settings: Settings, label: str) -> None:
     if settings.heartbeat.interval < 1:
         raise _bad_duration(
             label, "heartbeat.interval", settings.heartbeat.interval, "be at least 1 second"
+        )
+
+    retention = settings.retention
+    if retention.idle_timeout and retention.idle_timeout < 1:
+        raise _bad_duration(
+            label, "retention.idle_timeout", retention.idle_timeout, "be 0 (never) or at least 1s"
+        )
+    if retention.ended_ttl and retention.ended_ttl < 1:
+        raise _bad_duration(
+            label, "retention.ended_ttl", retention.ended_ttl, "be 0 (kept) or at least 1s"
+        )
+    if retention.max_streams < 1:
+        raise _bad_value(
+            label, "retention.max_streams", retention.max_streams, "must be at least 1"
         )
 
     if model.delay < 0:

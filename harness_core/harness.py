@@ -232,7 +232,12 @@ class Harness:
                     blobs = await anyio.to_thread.run_sync(BlobStore, settings.blobs_path)
                     try:
                         activities = AgentActivities(
-                            self.agent_id, self.agent, store, blobs, self.model_loop
+                            self.agent_id,
+                            self.agent,
+                            store,
+                            blobs,
+                            self.model_loop,
+                            ended_ttl=settings.retention.ended_ttl,
                         )
                         async with anyio.create_task_group() as tg:
                             queue = settings.effective_task_queue
@@ -309,6 +314,8 @@ class Harness:
             loop="llm" if self.model_loop is not None else "turn",
             max_steps=model.max_steps,
             turn_seconds=model.turn_budget,
+            idle_seconds=self.settings.retention.idle_timeout,
+            expired_state=f"TASK_STATE_{self.settings.retention.expired_state.upper()}",
         )
 
     async def stop_agent(self) -> None:

@@ -127,6 +127,9 @@ class TaskStart:
     run_messages: int = 200
     first: Inbound | None = None
     carry: TaskCarry | None = None
+    #: A task waiting for input this long with no message ends (0: never), in this state.
+    idle_seconds: float = 0.0
+    expired_state: str = "TASK_STATE_CANCELED"
 
 
 @attrs.frozen

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -80,6 +81,8 @@ CREATE TABLE IF NOT EXISTS task_index (
 CREATE INDEX IF NOT EXISTS task_index_order ON task_index (status_at, task_id);
 CREATE INDEX IF NOT EXISTS task_index_context ON task_index (context_id, status_at, task_id);
 """
+#: How long the id of a removed task is remembered (reads of it answer not found).
+TOMBSTONE_SECONDS = 30 * 86400
 # PRAGMA user_version: 1 added task_participants; 2 split records into messages and events; 3 added
 # the listing index (filled from the ended tasks' records).
 _VERSION = 3
@@ -416,7 +419,7 @@ class TaskStore:
         """Tasks ``participant`` may see (``may_access``), latest status first, filtered by
         context, state and status time (microseconds, at or after), after the keyset ``cursor``
         (a row's status time and id); and how many match in all (the cursor aside)."""
-        where: list[str] = []
+        where: list[str] = ["closed < 2"]
         args: list[str | int] = []
         if participant:
             where.append("task_id IN (SELECT task_id FROM task_participants WHERE participant = ?)")
@@ -461,6 +464,50 @@ class TaskStore:
                 self._db.execute("SELECT COUNT(*) FROM task_index WHERE closed = 0").fetchone()[0]
             )
 
+    def sweep(self, ended_before: int, limit: int = 1000) -> int:
+        """Remove up to ``limit`` tasks that ended (were last written) before ``ended_before``
+        (microseconds since the epoch): their record, messages, events and participants. Each
+        leaves a tombstone in the index, so that reads answer not found instead of asking the
+        task's workflow, which Temporal may keep longer; tombstones go after
+        ``TOMBSTONE_SECONDS``. Returns how many tasks were removed."""
+        with self._lock, self._transaction():
+            ids = [
+                str(row[0])
+                for row in self._db.execute(
+                    "SELECT task_id FROM task_index WHERE closed = 1 AND written_at < ? LIMIT ?",
+                    (ended_before, limit),
+                ).fetchall()
+            ]
+            rows = [(i,) for i in ids]
+            for table in ("tasks", "task_messages", "task_events", "task_participants"):
+                self._db.executemany(f"DELETE FROM {table} WHERE task_id = ?", rows)
+            self._db.executemany(
+                "UPDATE task_index SET closed = 2, status = '{}', written_at = ? WHERE task_id = ?",
+                [(_now_micros(), i) for i in ids],
+            )
+            self._db.execute(
+                "DELETE FROM task_index WHERE closed = 2 AND written_at < ?",
+                (_now_micros() - TOMBSTONE_SECONDS * 1_000_000,),
+            )
+        return len(ids)
+
+    def blob_refs(self) -> set[str]:
+        """Every blob reference the stored messages, events and records hold."""
+        pattern = re.compile(r"sha256:[0-9a-f]{64}")
+        found: set[str] = set()
+        with self._lock:
+            for table, column in (
+                ("task_messages", "body"),
+                ("task_events", "body"),
+                ("tasks", "record"),
+            ):
+                cursor = self._db.execute(
+                    f"SELECT {column} FROM {table} WHERE instr({column}, 'sha256:') > 0"
+                )
+                for (text,) in cursor:
+                    found.update(pattern.findall(text))
+        return found
+
     def set_meta(self, key: str, value: str) -> None:
         with self._lock:
             self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
@@ -488,6 +535,8 @@ class IndexRow:
     closed: bool
     busy: bool
     participants: tuple[str, ...]
+    #: Removed after its retention: only its id is left, and it reads as not found.
+    swept: bool = False
 
     @property
     def state(self) -> str:
@@ -509,6 +558,7 @@ def _index_row(row: Any, participants: tuple[str, ...]) -> IndexRow:
         closed=bool(row[7]),
         busy=bool(row[8]),
         participants=participants,
+        swept=int(row[7]) == 2,
     )
 
 

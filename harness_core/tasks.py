@@ -484,11 +484,14 @@ class TaskService:
         """An ended task's record: from the store, else from its closed workflow's result.
 
         The second source covers a record stored by another process, or one the store could not
-        take (its last run is then in the result).
+        take (its last run is then in the result). A task removed after its retention has none.
         """
         record = await self._record(task_id)
         if record is not None:
             return record
+        row = await self._row(task_id)
+        if row is not None and row.swept:
+            return None
 
         async def result(client: Client) -> TaskRecord:
             handle = client.get_workflow_handle(task_id, result_type=TaskRecord)
@@ -604,6 +607,8 @@ class TaskService:
         return view if view is not None and may_access(view.participants, participant) else None
 
     async def _row(self, task_id: str) -> IndexRow | None:
+        """The task's row in the listing index, if it has one (a removed task's is a tombstone:
+        ``swept``)."""
         row = await anyio.to_thread.run_sync(self._store.index_row, task_id)
         return row if row is not None and row.agent_id == self.agent_id else None
 
@@ -632,6 +637,8 @@ class TaskService:
         never waiting for the task's workflow."""
         row = await self._row(task_id)
         if row is not None:
+            if row.swept:
+                return None
             task = await anyio.to_thread.run_sync(self._row_task, row)
             return self._row_view(row, task)
         # Not indexed: a task whose store refused its writes, or one that has run since before
@@ -713,6 +720,8 @@ class TaskService:
 
     async def _events_after(self, task_id: str, after: int) -> EventPage | None:
         row = await self._row(task_id)
+        if row is not None and row.swept:
+            return None
         if row is not None:
             events = await anyio.to_thread.run_sync(
                 self._store.events, task_id, after, row.last_seq

@@ -26,6 +26,7 @@ histories.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from typing import Any
@@ -94,6 +95,9 @@ STORE_ATTEMPTS = 5
 # and has not ended writes its state to the listing index.
 _LOCAL_STORE_RECORD = "store-record-local"
 _INDEX_CHECKPOINT = "index-checkpoint"
+# A task waiting for input expires after [retention] idle_timeout.
+_IDLE_EXPIRY = "idle-expiry"
+INTERRUPTED_STATES = frozenset({"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"})
 #: The failure type of a turn stopped because a client canceled the task (the activity saw it in
 #: the listing index before the workflow's cancel signal arrived).
 TASK_CANCELED = "TaskCanceled"
@@ -289,7 +293,14 @@ class TaskWorkflow:
     @workflow.run
     async def run(self, start: TaskStart) -> TaskRecord:
         while True:
-            await workflow.wait_condition(lambda: bool(self._mailbox) or self._cancel_requested)
+            idle = self._idle_limit(start)
+            try:
+                await workflow.wait_condition(
+                    lambda: bool(self._mailbox) or self._cancel_requested, timeout=idle
+                )
+            except asyncio.TimeoutError:  # noqa: UP041 - the builtin name is temporalio's here
+                self._expire(start)
+                break
             if self._cancel_requested:
                 self._emit_status(
                     "TASK_STATE_CANCELED", self._agent_message("final", _text_message("canceled"))
@@ -311,6 +322,28 @@ class TaskWorkflow:
         # Blocked senders wake on _closed; let their updates finish first.
         await workflow.wait_condition(workflow.all_handlers_finished)
         return record
+
+    def _idle_limit(self, start: TaskStart) -> timedelta | None:
+        """How long the task may wait for input before it expires (None: as long as it takes)."""
+        if not start.idle_seconds or self._state not in INTERRUPTED_STATES:
+            return None
+        if not workflow.patched(_IDLE_EXPIRY):
+            return None
+        return timedelta(seconds=start.idle_seconds)
+
+    def _expire(self, start: TaskStart) -> None:
+        seconds = start.idle_seconds
+        waited = f"{seconds / 86400:g}d" if seconds >= 86400 else f"{seconds:g}s"
+        self._emit_status(
+            start.expired_state,
+            self._agent_message(
+                "final",
+                _text_message(
+                    f"this task expired: it waited for input for {waited} "
+                    "([retention] idle_timeout); start a new task"
+                ),
+            ),
+        )
 
     def _run_is_full(self) -> bool:
         return (
@@ -415,6 +448,8 @@ class TaskWorkflow:
                 turn_seconds=start.turn_seconds,
                 run_messages=start.run_messages,
                 carry=carry,
+                idle_seconds=start.idle_seconds,
+                expired_state=start.expired_state,
             )
         )
 
