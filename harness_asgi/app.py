@@ -58,6 +58,7 @@ __all__ = [
     "HarnessRoutes",
     "MountCheck",
     "build_routes",
+    "card_url",
     "group_app",
     "needs_identity",
     "route_path",
@@ -421,4 +422,29 @@ def group_app(group: HarnessGroup) -> Starlette:
             )
         seen[h.prefix] = h.agent_id
         routes.append(Mount(h.prefix, app=h.asgi_app()))
-    return Starlette(routes=routes)
+    harnesses = group.harnesses
+
+    async def index(request: Request) -> Response:
+        """What is served here: each agent's id, name, URL and card (several agents share the
+        host, so ``/`` is no agent's)."""
+        return JSONResponse(
+            {
+                "agents": [
+                    {
+                        "id": h.agent_id,
+                        "name": h.settings.agent_name,
+                        "url": h.public_url,
+                        "card": card_url(h),
+                        "state": h.state.value,
+                    }
+                    for h in harnesses
+                ]
+            }
+        )
+
+    return Starlette(routes=[Route("/", index, methods=["GET"]), *routes])
+
+
+def card_url(harness: Harness) -> str:
+    """Where the agent's card is."""
+    return harness.public_url.rstrip("/") + _CARD_PATH

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any
 
@@ -73,12 +74,13 @@ def harness_router(harness: Harness, *, tags: Sequence[str] | None = None) -> AP
     route_tags: list[str | Any] = list(tags) if tags is not None else [f"A2A: {harness.agent_id}"]
     for route in scratch.routes:
         if isinstance(route, APIRoute):
+            methods = sorted(route.methods or ())
             router.add_api_route(
                 route.path,
                 route.endpoint,
-                methods=sorted(route.methods or ()),
+                methods=methods,
                 tags=route_tags,
-                openapi_extra=route.openapi_extra,
+                openapi_extra=_with_parameters(route.path, methods, route.openapi_extra),
                 summary=route.summary,
                 description=route.description,
             )
@@ -92,6 +94,40 @@ def harness_router(harness: Harness, *, tags: Sequence[str] | None = None) -> AP
                 summary="The agent's state and its running tasks",
             )
     return router
+
+
+#: The query parameters of the HTTP+JSON reads (A2A 1.0 11.5), by route path.
+_QUERY: dict[str, tuple[tuple[str, dict[str, Any]], ...]] = {
+    "/tasks": (
+        ("contextId", {"type": "string"}),
+        ("status", {"type": "string"}),
+        ("pageSize", {"type": "integer", "minimum": 1, "maximum": 100}),
+        ("pageToken", {"type": "string"}),
+        ("historyLength", {"type": "integer", "minimum": 0}),
+        ("statusTimestampAfter", {"type": "string", "format": "date-time"}),
+        ("includeArtifacts", {"type": "boolean"}),
+    ),
+    "/tasks/{id}": (("historyLength", {"type": "integer", "minimum": 0}),),
+}
+
+
+def _with_parameters(
+    path: str, methods: list[str], extra: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The route's OpenAPI extra with its path parameters (and a read's query parameters): the
+    SDK's endpoints take the request whole, so FastAPI cannot see them."""
+    parameters: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in re.findall(r"{(\w+)}", path)
+    ]
+    if "GET" in methods:
+        parameters += [
+            {"name": name, "in": "query", "required": False, "schema": schema}
+            for name, schema in _QUERY.get(path, ())
+        ]
+    if not parameters:
+        return extra
+    return {**(extra or {}), "parameters": parameters}
 
 
 class _Guard:

@@ -22,8 +22,24 @@ from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
 from harness_core.config import split_host_port
+from harness_core.errors import HarnessError
 
-__all__ = ["serve_http"]
+__all__ = ["listen", "serve_http"]
+
+
+def listen(bind: str) -> socket.socket:
+    """A listening socket on ``bind``; a ``HarnessError`` naming the address when it is taken or
+    not ours to bind."""
+    host, port = split_host_port(bind)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=1024)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise HarnessError(
+            f"cannot listen on {bind}: {reason} (is another server using the port? set "
+            "[server] bind, or --bind)"
+        ) from None
 
 
 async def serve_http(
@@ -33,6 +49,7 @@ async def serve_http(
     shutdown_trigger: Callable[[], Awaitable[Any]],
     *,
     on_stop: Callable[[], None] | None = None,
+    sock: socket.socket | None = None,
     task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``bind`` until ``shutdown_trigger`` returns or the caller is cancelled.
@@ -41,9 +58,8 @@ async def serve_http(
     gives in-flight requests ``graceful_timeout`` seconds before it closes them; this returns (or
     re-raises the cancellation) after that.
     """
-    host, port = split_host_port(bind)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=1024)
+    if sock is None:
+        sock = listen(bind)
     try:
         config = Config()
         # Hypercorn wraps the descriptor in its own socket object and closes it; give it a copy.

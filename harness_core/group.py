@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import socket
 import threading
 from collections.abc import AsyncGenerator, Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -95,19 +96,36 @@ class HarnessGroup:
                         claims.hold(h.settings, f"the harness of agent {h.agent_id!r}")
                     )
                 async with anyio.create_task_group() as tg:
-                    started: list[Harness] = []
                     try:
-                        for h in self.harnesses:
-                            await tg.start(h.run_agent)
-                            started.append(h)
+                        await self._start_all(tg)
                         task_status.started()
                         await anyio.sleep_forever()
                     finally:
                         with anyio.CancelScope(shield=True):
-                            for h in reversed(started):
+                            for h in reversed(self.harnesses):
                                 await h.stop_agent()
         finally:
             self._running = False
+
+    async def _start_all(self, tg: TaskGroup) -> None:
+        """Start every agent at once (each waits on its own connection, worker and schedule, not
+        on the others); return when all are ready. The first failure stops the starting and is
+        raised as it was."""
+        failure: list[BaseException] = []
+        async with anyio.create_task_group() as starting:
+            for h in self.harnesses:
+
+                async def start(h: Harness = h) -> None:
+                    try:
+                        await tg.start(h.run_agent)
+                    except Exception as exc:
+                        if not failure:
+                            failure.append(exc)
+                        starting.cancel_scope.cancel()
+
+                starting.start_soon(start)
+        if failure:
+            raise failure[0]
 
     async def __aenter__(self) -> HarnessGroup:
         stack = contextlib.AsyncExitStack()
@@ -157,9 +175,25 @@ class HarnessGroup:
         (when called from the main thread) stop accepting connections, let in-flight requests finish
         within ``[server] graceful_timeout``, then stop the agents in reverse; ``serve`` returns.
         """
-        from harness_asgi.serve import serve_http
+        from harness_asgi.app import card_url
+        from harness_asgi.serve import listen, serve_http
 
         app = self.asgi_app()
+        # The port first: a taken port is found before Temporal and the agents start.
+        sock = listen(self.bind)
+        try:
+            await self._serve(app, sock, card_url, serve_http, task_status)
+        finally:
+            sock.close()  # serve_http closes it too; this covers a failure before it ran
+
+    async def _serve(
+        self,
+        app: ASGIApp,
+        sock: socket.socket,
+        card_url: Callable[[Harness], str],
+        serve_http: Any,
+        task_status: TaskStatus[tuple[str, int]],
+    ) -> None:
         graceful = max(h.settings.server.graceful_timeout for h in self.harnesses)
         stop = anyio.Event()
         async with anyio.create_task_group() as tg:
@@ -181,7 +215,7 @@ class HarnessGroup:
 
             async with anyio.create_task_group() as http:
                 address = await http.start(
-                    partial(serve_http, on_stop=drain),
+                    partial(serve_http, on_stop=drain, sock=sock),
                     app,
                     self.bind,
                     graceful,
@@ -191,6 +225,8 @@ class HarnessGroup:
                 for h in self.harnesses:
                     h.bound(*address)
                 log.info("serving %d agent(s) on http://%s:%d", len(self.harnesses), *address)
+                for h in self.harnesses:
+                    log.info("agent %s: card at %s", h.agent_id, card_url(h))
                 task_status.started(address)
             # Hypercorn has shut down gracefully (after a signal): now stop the agents.
             tg.cancel_scope.cancel()

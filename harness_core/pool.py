@@ -63,6 +63,8 @@ class _Shared(Generic[T]):
         self._users = 0
         self._ready = anyio.Event()
         self._released = anyio.Event()
+        self._joiners: set[anyio.CancelScope] = set()
+        self._owner_failed = False
 
     @contextlib.asynccontextmanager
     async def own(self, opening: AbstractAsyncContextManager[T]) -> AsyncGenerator[T, None]:
@@ -72,6 +74,15 @@ class _Shared(Generic[T]):
                 self._ready.set()
                 try:
                     yield value
+                except BaseException as exc:
+                    if not isinstance(exc, anyio.get_cancelled_exc_class()):
+                        # The owner failed: the resource goes with it. Waiting for the joiners
+                        # to let go by themselves would wait for ever (their group learns of
+                        # this failure only once the owner has unwound): stop them now.
+                        self._owner_failed = True
+                        for scope in list(self._joiners):
+                            scope.cancel()
+                    raise
                 finally:
                     self._users -= 1
                     if self._users:
@@ -88,12 +99,20 @@ class _Shared(Generic[T]):
         if value is None:
             raise RuntimeError("the shared Temporal connection failed to open or has closed")
         self._users += 1
+        scope = anyio.CancelScope()
+        self._joiners.add(scope)
         try:
-            yield value
+            with scope:
+                yield value
         finally:
+            self._joiners.discard(scope)
             self._users -= 1
             if self._users == 0:
                 self._released.set()
+        if scope.cancelled_caught and self._owner_failed:
+            raise RuntimeError(
+                "the shared Temporal connection closed: the agent that opened it failed"
+            )
 
 
 def connection_key(settings: Settings) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import sqlite3
 import threading
@@ -104,6 +105,12 @@ class TaskStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = path
+        # SQLite gives the -wal and -shm files the database file's mode: make it 0600 before they
+        # exist (and fix side files an older version left readable).
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+        for side in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                side.chmod(0o600)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")

@@ -351,6 +351,7 @@ def test_two_agents_in_one_process_share_one_dev_server_and_answer_on_their_own_
             "SendMessage",
             {"message": {"messageId": "b1", "role": "ROLE_USER", "parts": [{"text": "to beta"}]}},
         )
+        index = httpx.get(f"{url}/").json()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
@@ -362,6 +363,12 @@ def test_two_agents_in_one_process_share_one_dev_server_and_answer_on_their_own_
     assert cards["beta"]["supportedInterfaces"][0]["url"] == f"{url}/agents/beta/"
     assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert dev_servers_on(database) == []
+    # With several agents, / is an index of them, and the start-up log names every card.
+    assert [(a["id"], a["card"], a["state"]) for a in index["agents"]] == [
+        (a, f"{url}/agents/{a}/.well-known/agent-card.json", "ready") for a in ("alpha", "beta")
+    ]
+    logged = log_path.read_text()
+    assert f"agent beta: card at {url}/agents/beta/.well-known/agent-card.json" in logged
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from a2a.types import TaskState
 from fastapi import FastAPI
+from openapi_spec_validator import validate
 
 from harness_asgi.fastapi import harness_router
 from harness_core import Harness, ScriptedModel
@@ -72,6 +73,9 @@ async def test_the_router_runs_the_agent_with_the_apps_lifespan_and_shows_in_the
     assert refs, "the A2A routes document their request bodies"
     schemas = openapi["components"]["schemas"]
     assert all(ref.rsplit("/", 1)[-1] in schemas for ref in refs)
+    validate(openapi)  # valid OpenAPI: path and query parameters declared, every $ref resolved
+    listing = openapi["paths"]["/agents/a/tasks"]["get"]["parameters"]
+    assert {p["name"] for p in listing} >= {"pageSize", "pageToken", "historyLength", "status"}
     assert docs.status_code == 200
     assert health == {"status": "ok"}
     assert monitor["state"] == "ready"

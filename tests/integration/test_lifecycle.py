@@ -253,3 +253,49 @@ async def test_a_client_without_the_runtimes_converter_is_refused_at_constructio
         Harness(agent_settings(tmp_path, temporal_address), client=plain)
     ours = await Client.connect(temporal_address, data_converter=data_converter)
     Harness(agent_settings(tmp_path, temporal_address), client=ours)
+
+
+async def test_a_failing_agent_stops_the_group_at_once_even_when_it_owns_the_shared_connection(
+    tmp_path, temporal_address, monkeypatch
+):
+    """Given two agents on one shared connection, the first (which opened it) failing after
+    start, when its worker raises, then the group ends with that error at once: the other agent
+    is stopped, not waited for (the owner used to wait for it while it waited for the group)."""
+    import harness_core.harness as harness_module
+
+    real_run_worker = harness_module.run_worker
+    owner_id, other_id = unique_id("owner"), unique_id("other")
+    fail = anyio.Event()
+
+    async def failing_worker(connection, queue, activities, **kwargs):  # type: ignore[no-untyped-def]
+        if queue != owner_id:
+            await real_run_worker(connection, queue, activities, **kwargs)
+            return
+        task_status = kwargs.pop("task_status")
+        async with anyio.create_task_group() as tg:
+            await tg.start(
+                lambda task_status: real_run_worker(
+                    connection, queue, activities, task_status=task_status, **kwargs
+                )
+            )
+            task_status.started()
+            await fail.wait()
+            raise RuntimeError("the owner's worker broke")
+
+    monkeypatch.setattr(harness_module, "run_worker", failing_worker)
+    owner = Harness(agent_settings(tmp_path, temporal_address, owner_id))
+    other = Harness(agent_settings(tmp_path, temporal_address, other_id))
+    errors: list[Exception] = []
+    with anyio.move_on_after(8) as deadline:
+        try:
+            async with HarnessGroup(owner, other):
+                assert (owner.state, other.state) == (AgentState.READY, AgentState.READY)
+                fail.set()
+                await anyio.sleep_forever()
+        except Exception as exc:  # an exception group holding the worker's error
+            errors.append(exc)
+    assert not deadline.cancelled_caught, "the group hung after its agent failed"
+    assert "the owner's worker broke" in repr(errors)
+    assert owner.state is AgentState.FAILED
+    assert other.state in (AgentState.STOPPED, AgentState.FAILED)
+    assert leftover_threads() == []

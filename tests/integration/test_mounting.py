@@ -182,9 +182,11 @@ async def test_route_options_turn_off_the_limits_and_the_monitor(
         routes=RouteOptions(limits=False, monitor=False),
     )
     async with serving_app(harness.asgi_app()) as url, httpx.AsyncClient() as http:
-        big = await http.post(f"{url}/", content=b"x" * 4096)
+        big = await http.post(
+            f"{url}/", content=b"x" * 4096, headers={"Content-Type": "application/json"}
+        )
         monitor = await http.get(f"{url}/_monitor", follow_redirects=True)
-    # Past the limits, the SDK itself answers the bad body (a JSON-RPC parse error).
+    # Past the limits, the body is read whole and refused as what it is (a JSON-RPC parse error).
     assert big.status_code == 200
     assert big.json()["error"]["code"] == -32700
     assert monitor.status_code == 404

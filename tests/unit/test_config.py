@@ -163,7 +163,15 @@ def test_an_ipv6_bind_is_parsed_and_keeps_its_brackets_in_the_base_url(tmp_path:
 
 @pytest.mark.parametrize(
     ("value", "seconds"),
-    [("250ms", 0.25), ("30s", 30.0), ("5m", 300.0), ("1h", 3600.0), ("1.5s", 1.5), (2, 2.0)],
+    [
+        ("250ms", 0.25),
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("1h", 3600.0),
+        ("7d", 604800.0),
+        ("1.5s", 1.5),
+        (2, 2.0),
+    ],
 )
 def test_durations_accept_seconds_and_unit_strings(value: object, seconds: float) -> None:
     parsed = parse_duration(value, key="model.delay", source="a.toml")
@@ -176,7 +184,7 @@ def test_a_malformed_duration_names_the_key_and_the_accepted_forms(tmp_path: Pat
     message = error_for(tmp_path, '[model]\ndelay = "5 minutes"\n')
 
     assert "'model.delay' is '5 minutes'" in message
-    assert '"250ms", "30s", "5m", "1h"' in message
+    assert '"250ms", "30s", "5m", "1h", "7d"' in message
 
 
 def test_a_duration_of_the_wrong_type_says_what_it_got(tmp_path: Path) -> None:
@@ -200,7 +208,7 @@ def test_an_unknown_section_lists_the_allowed_sections(tmp_path: Path) -> None:
     message = error_for(tmp_path, "[servr]\nbind = 1\n")
 
     assert message.endswith(
-        "unknown section 'servr' (allowed: agent, temporal, server, store, heartbeat, model)"
+        "unknown section 'servr' (allowed: agent, temporal, server, store, heartbeat, model, retention)"
     )
 
 
@@ -383,6 +391,16 @@ def test_a_base_url_must_be_an_http_url_with_a_host(tmp_path: Path, url: str) ->
         ("[model]\nturn_timeout = 0\n", "'model.turn_timeout' is 0s: must be more than 0"),
         ("[server]\ngraceful_timeout = -0.5\n", "'server.graceful_timeout' is -0.5s: must be >= 0"),
         ("[model]\ndelay = inf\n", "'model.delay' is inf: must be a finite duration"),
+        (
+            '[retention]\nidle_timeout = "500ms"\n',
+            "'retention.idle_timeout' is 0.5s: must be 0 (never) or at least 1s",
+        ),
+        ('[retention]\nended_ttl = "10ms"\n', "'retention.ended_ttl' is 0.01s: must be 0 (kept)"),
+        ("[retention]\nmax_streams = 0\n", "'retention.max_streams' is 0: must be at least 1"),
+        (
+            '[retention]\nexpired_state = "done"\n',
+            "'retention.expired_state' is 'done': must be one of \"canceled\", \"failed\"",
+        ),
     ],
 )
 def test_out_of_range_durations_are_refused(tmp_path: Path, text: str, expected: str) -> None:

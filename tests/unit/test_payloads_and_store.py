@@ -113,6 +113,9 @@ def test_the_store_keeps_records_across_reopening_and_lists_newest_first(tmp_pat
         since = parse_timestamp("2026-01-02T00:00:00Z")
         recent, _ = listing(participant="alice", status_after=since)
         assert [r.task_id for r in recent] == ["failed", "new"]
+        # The side files of WAL mode hold the same data: owner only, like the database.
+        sides = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+        assert [side.stat().st_mode & 0o777 for side in sides] == [0o600, 0o600]
     finally:
         reopened.close()
     assert path.stat().st_mode & 0o777 == 0o600
