@@ -281,6 +281,10 @@ class Drain:
     def draining(self) -> bool:
         return self._deadline is not None
 
+    def reset(self) -> None:
+        """Serve again (a harness served anew after a stop)."""
+        self._deadline = None
+
     def begin(self, seconds: float) -> None:
         """Start draining: every request still waiting ``seconds`` from now is cut. Call it on the
         event loop that serves the app."""

@@ -179,6 +179,8 @@ class HarnessGroup:
         from harness_asgi.serve import listen, serve_http
 
         app = self.asgi_app()
+        for h in self.harnesses:
+            h.asgi_app().drain.reset()
         # The port first: a taken port is found before Temporal and the agents start.
         sock = listen(self.bind)
         try:
