@@ -146,6 +146,7 @@ def _monitor_endpoint(harness: Harness) -> Any:
                 "publicUrl": harness.public_url,
                 "lastHeartbeat": await harness.tasks.last_heartbeat(),
                 "runningTasks": await harness.tasks.running_count(),
+                "temporalUp": harness.temporal_up,
             }
         )
 
@@ -377,6 +378,17 @@ class HarnessApp:
         if self.harness.state is not AgentState.READY:
             self.mount_check.not_started(str(scope["path"]))
             await _error(503, f"agent {self.harness.agent_id} is not started")(scope, receive, send)
+            return
+        if not self.harness.temporal_up and needs_identity(route_path(scope)):
+            response = JSONResponse(
+                {
+                    "error": f"agent {self.harness.agent_id}: its Temporal server is being "
+                    "started again; retry"
+                },
+                status_code=503,
+                headers={"Retry-After": "2"},
+            )
+            await response(scope, receive, send)
             return
         with agent_context(self.harness.agent_id):
             await self._app(scope, receive, send)

@@ -60,6 +60,8 @@ from a2a.utils.errors import (
 )
 from a2a.utils.task import apply_history_length
 from google.protobuf.json_format import MessageToDict, ParseDict
+from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.service import RPCError, RPCStatusCode
 
 from harness_asgi.identity import identity_of
 from harness_core import errors
@@ -211,6 +213,19 @@ def _a2a_errors(operation: str) -> Generator[None, None, None]:
         raise InvalidParamsError(message=str(exc)) from None
     except errors.HarnessNotStartedError:
         raise InternalError(message="the agent is not started") from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        # The caller went away (or waited past Temporal's limit): the message was delivered or
+        # not, and a retry of it finds out without running it twice.
+        log.info("%s: the update was cancelled or timed out", operation)
+        raise InternalError(message="the agent did not answer in time; retry") from None
+    except RPCError as exc:
+        if exc.status not in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+            request_id = uuid.uuid4().hex[:12]
+            log.exception("%s failed (request %s)", operation, request_id)
+            raise InternalError(message=f"internal error (request {request_id})") from None
+        # Temporal is out of reach (restarting, or the network): the client may retry.
+        log.warning("%s: Temporal is unavailable (%s)", operation, exc.status.name)
+        raise InternalError(message="the agent's Temporal service is unavailable; retry") from None
     except Exception:
         request_id = uuid.uuid4().hex[:12]
         log.exception("%s failed (request %s)", operation, request_id)

@@ -74,9 +74,13 @@ _WARNING_LINE = re.compile(r"\blevel=(?:WARN|ERROR|DPANIC|PANIC|FATAL)\b|^Error:
 _DATABASE_SUFFIXES = ("", "-wal", "-shm")
 
 
-@attrs.frozen
+@attrs.define
 class EmbeddedServer:
-    """A running embedded dev server: where to connect, what it serves, which process it is."""
+    """A running embedded dev server: where to connect, what it serves, which process it is.
+
+    The server is watched: if its process dies, it is started again on the same port and
+    database (with backoff), and ``up`` is False meanwhile; ``pid`` and ``restarts`` follow.
+    """
 
     address: str
     """``"127.0.0.1:<port>"``, the gRPC frontend, for ``temporalio.client.Client.connect``."""
@@ -84,6 +88,10 @@ class EmbeddedServer:
     """The absolute, resolved path of the SQLite database the server runs on."""
     pid: int
     """The process id of the ``temporal`` process."""
+    up: bool = True
+    """False while the process is dead and being started again."""
+    restarts: int = 0
+    """How many times it was started again after it died."""
 
 
 def find_temporal_binary() -> Path:
@@ -133,23 +141,10 @@ async def open_embedded_temporal(
         port = _free_port()
         command = _command(binary, database, port, namespaces)
         _log.debug("starting %s", shlex.join(command))
-        try:
-            process = await anyio.open_process(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                # Its own session: a Ctrl-C on the terminal reaches the host only, which then
-                # stops its workers before this server instead of losing the server under them.
-                start_new_session=True,
-                # The database, its WAL and shm files hold workflow payloads: owner only.
-                umask=0o077,
-            )
-        except OSError as error:
-            raise EmbeddedTemporalError(
-                f"cannot run the Temporal CLI {binary}: {error.strerror or error}"
-            ) from error
+        process = await _spawn(command, binary)
         run = _ServerRun(process, database, port)
+        runs = [run]  # the current one last; a restart adds one
+        closing = False
         # Exceptions leaving a task group arrive wrapped in an exception group. The only one
         # here is normally the caller's own (or ours from startup), so it is unwrapped below to
         # reach the caller exactly as it was raised.
@@ -164,11 +159,61 @@ async def open_embedded_temporal(
                     _secure_database_files(database)
                     address = f"{_LOOPBACK}:{port}"
                     _log.info("embedded Temporal dev server on %s (database %s)", address, database)
-                    yield EmbeddedServer(address=address, database_path=database, pid=process.pid)
+                    server = EmbeddedServer(
+                        address=address, database_path=database, pid=process.pid
+                    )
+
+                    async def supervise() -> None:
+                        while True:
+                            current = runs[-1]
+                            code = await current.exited()
+                            if closing:
+                                return
+                            server.up = False
+                            _log.error(
+                                "the embedded Temporal dev server (pid %d) died (exit code %s); "
+                                "starting it again on %s with the same database",
+                                server.pid,
+                                code,
+                                address,
+                            )
+                            await current.stop()  # reaps it
+                            replacement = await _restart(
+                                command, binary, database, port, task_group, start_timeout
+                            )
+                            if closing:
+                                await replacement.stop()
+                                return
+                            runs.append(replacement)
+                            server.pid = replacement.pid
+                            server.restarts += 1
+                            server.up = True
+                            _write_state(
+                                state_path, pid=replacement.pid, port=port, database=database
+                            )
+                            _log.warning(
+                                "the embedded Temporal dev server is back on %s (pid %d)",
+                                address,
+                                replacement.pid,
+                            )
+
+                    supervisor = anyio.CancelScope()
+
+                    async def supervised() -> None:
+                        with supervisor:
+                            await supervise()
+
+                    task_group.start_soon(supervised)
+                    try:
+                        yield server
+                    finally:
+                        closing = True
+                        supervisor.cancel()
                 finally:
                     # Inside the task group, so that the output pumps still drain the pipes
                     # while the server shuts down, and end once it is gone.
-                    await run.stop()
+                    for each in reversed(runs):
+                        await each.stop()
         except BaseExceptionGroup as group:
             if len(group.exceptions) != 1:
                 raise
@@ -176,8 +221,9 @@ async def open_embedded_temporal(
         finally:
             with anyio.CancelScope(shield=True):
                 # stop() again in case the task group never ran its body; it is idempotent.
-                await run.stop()
-                await process.aclose()
+                for each in reversed(runs):
+                    await each.stop()
+                    await each.aclose()
             # The process is reaped: the state file would describe nothing any more.
             _remove_quietly(state_path)
         if sole is not None:
@@ -219,6 +265,54 @@ class _LineReader:
         return line.decode(errors="replace").rstrip("\r")
 
 
+async def _spawn(command: list[str], binary: Path) -> Process:
+    try:
+        return await anyio.open_process(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Its own session: a Ctrl-C on the terminal reaches the host only, which then
+            # stops its workers before this server instead of losing the server under them.
+            start_new_session=True,
+            # The database, its WAL and shm files hold workflow payloads: owner only.
+            umask=0o077,
+        )
+    except OSError as error:
+        raise EmbeddedTemporalError(
+            f"cannot run the Temporal CLI {binary}: {error.strerror or error}"
+        ) from error
+
+
+#: Waits between attempts to start a dead dev server again.
+_RESTART_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+async def _restart(
+    command: list[str],
+    binary: Path,
+    database: Path,
+    port: int,
+    task_group: TaskGroup,
+    start_timeout: float,
+) -> _ServerRun:
+    """Start the server again on the same port and database, until it is ready, with backoff."""
+    attempt = 0
+    while True:
+        await anyio.sleep(_RESTART_DELAYS[min(attempt, len(_RESTART_DELAYS) - 1)])
+        attempt += 1
+        run: _ServerRun | None = None
+        try:
+            run = _ServerRun(await _spawn(command, binary), database, port)
+            await run.wait_until_ready(task_group, start_timeout)
+            return run
+        except EmbeddedTemporalError as error:
+            _log.error("starting the dev server again failed (attempt %d): %s", attempt, error)
+            if run is not None:
+                await run.stop()
+                await run.aclose()
+
+
 class _ServerRun:
     """The output plumbing and the stopping of one started server process."""
 
@@ -255,6 +349,18 @@ class _ServerRun:
                 f"within {within:g} s (database {self._database}); "
                 f"its last output:\n{self._tail_text()}"
             ) from None
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    async def exited(self) -> int:
+        """Wait until the process has exited, and return its code."""
+        return await self._process.wait()
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._process.aclose()
 
     async def stop(self) -> None:
         """SIGTERM the server, SIGKILL it after a grace period, and reap it; never cancelled."""

@@ -318,6 +318,12 @@ class Harness:
             expired_state=f"TASK_STATE_{self.settings.retention.expired_state.upper()}",
         )
 
+    @property
+    def temporal_up(self) -> bool:
+        """False while the agent's embedded dev server is dead and being started again."""
+        tasks = self._tasks
+        return tasks is None or tasks.connection.up
+
     async def stop_agent(self) -> None:
         """Cancel the running agent and wait until it has unwound."""
         if self._scope is not None:

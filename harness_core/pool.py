@@ -33,7 +33,7 @@ from temporalio.runtime import (
 from harness_core.bridge import TemporalBridge, current_backend, open_bridge
 from harness_core.config import Settings
 from harness_core.converter import data_converter
-from harness_core.embedded import open_embedded_temporal
+from harness_core.embedded import EmbeddedServer, open_embedded_temporal
 from harness_core.errors import ConfigError
 
 __all__ = ["TemporalConnection", "TemporalPool", "pool"]
@@ -49,6 +49,13 @@ class TemporalConnection:
     bridge: TemporalBridge
     namespace: str
     address: str
+    #: The embedded dev server behind it (None for a remote service).
+    server: EmbeddedServer | None = None
+
+    @property
+    def up(self) -> bool:
+        """False while the embedded dev server is dead and being started again."""
+        return self.server is None or self.server.up
 
 
 class _Shared(Generic[T]):
@@ -202,7 +209,7 @@ class TemporalPool:
                     )
 
                 client = await bridge.call(connect_embedded)
-                yield TemporalConnection(client, bridge, namespace, server.address)
+                yield TemporalConnection(client, bridge, namespace, server.address, server)
             return
         address = str(settings.temporal.address)
         api_key = settings.api_key()
