@@ -190,7 +190,7 @@ def check_rest(
     """Raise ``Refusal`` when an HTTP+JSON request is malformed; ``model`` is the request type
     of the route's body (None: the route takes none)."""
     _check_query(query)
-    if method != "POST" or (not body and not headers.get("content-type")):
+    if method != "POST" or not body.strip():
         return
     if not _json_type(headers.get("content-type", "")):
         raise Refusal(415, INVALID_REQUEST, "Content-Type must be application/json")
@@ -335,6 +335,10 @@ def guarded_rest(endpoint: Endpoint, path: str, streams: StreamGate) -> Endpoint
             body = await request.body()
         try:
             check_rest(request.method, request.headers, body, request.url.query, model)
+            if request.method == "POST" and not body.strip() and model is not None:
+                # No body: the request's fields are all in its path (a cancel); the SDK parses
+                # the body whatever it is, so give it an empty object.
+                setattr(request, "_body", b"{}")  # noqa: B010 - Starlette's body cache
         except Refusal as refusal:
             return _refused(refusal, request, jsonrpc=False)
         if streaming:
