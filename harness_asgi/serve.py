@@ -35,7 +35,7 @@ def listen(bind: str) -> socket.socket:
     try:
         return socket.create_server((host, port), family=family, backlog=1024)
     except OSError as error:
-        reason = error.strerror or str(error)
+        reason = os.strerror(error.errno) if error.errno else "cannot bind"
         raise HarnessError(
             f"cannot listen on {bind}: {reason} (is another server using the port? set "
             "[server] bind, or --bind)"

@@ -108,12 +108,15 @@ class HarnessGroup:
             self._running = False
 
     async def _start_all(self, tg: TaskGroup) -> None:
-        """Start every agent at once (each waits on its own connection, worker and schedule, not
-        on the others); return when all are ready. The first failure stops the starting and is
-        raised as it was."""
+        """Start the first agent, which opens what the agents share (the embedded dev server, the
+        connection) and so owns it, then every other agent at once (each waits on its own lease,
+        worker and schedule, not on the others); return when all are ready. The first failure
+        stops the starting and is raised as it was."""
+        first, *rest = self.harnesses
+        await tg.start(first.run_agent)
         failure: list[BaseException] = []
         async with anyio.create_task_group() as starting:
-            for h in self.harnesses:
+            for h in rest:
 
                 async def start(h: Harness = h) -> None:
                     try:

@@ -39,6 +39,7 @@ from harness_core.errors import ConfigError
 __all__ = ["TemporalConnection", "TemporalPool", "pool"]
 
 T = TypeVar("T")
+_log = logging.getLogger("harness")
 
 
 @attrs.frozen
@@ -117,9 +118,8 @@ class _Shared(Generic[T]):
             if self._users == 0:
                 self._released.set()
         if scope.cancelled_caught and self._owner_failed:
-            raise RuntimeError(
-                "the shared Temporal connection closed: the agent that opened it failed"
-            )
+            # Stopped, not failed: the failure is the owner's, and reaches its group from there.
+            _log.warning("the agent that opened a shared Temporal connection failed: stopping")
 
 
 def connection_key(settings: Settings) -> str:

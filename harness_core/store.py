@@ -544,13 +544,23 @@ class IndexRow:
     participants: tuple[str, ...]
     #: Removed after its retention: only its id is left, and it reads as not found.
     swept: bool = False
+    #: When the row was last written (microseconds since the epoch).
+    written_at: int = 0
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Written before its workflow started, and by nothing since (its start may have failed
+        with its process)."""
+        return self.last_seq == 0 and not self.closed
 
     @property
     def state(self) -> str:
         return str(self.status.get("state", ""))
 
 
-_ROW_COLUMNS = "task_id, context_id, agent_id, status, status_at, seq, messages, closed, busy"
+_ROW_COLUMNS = (
+    "task_id, context_id, agent_id, status, status_at, seq, messages, closed, busy, written_at"
+)
 
 
 def _index_row(row: Any, participants: tuple[str, ...]) -> IndexRow:
@@ -566,6 +576,7 @@ def _index_row(row: Any, participants: tuple[str, ...]) -> IndexRow:
         busy=bool(row[8]),
         participants=participants,
         swept=int(row[7]) == 2,
+        written_at=int(row[9]),
     )
 
 

@@ -62,7 +62,7 @@ from harness_core.payloads import (
 )
 from harness_core.pool import TemporalConnection
 from harness_core.secrets import SECRETS
-from harness_core.store import IndexRow, TaskStore, content_digest, parse_timestamp
+from harness_core.store import IndexRow, TaskStore, content_digest
 from harness_core.workflows import TaskWorkflow, task_closed_message
 
 __all__ = ["MAX_MESSAGE_BYTES", "Delivery", "TaskService", "derive_task_id", "fold_artifacts"]
@@ -76,6 +76,9 @@ FOLLOW_FIRST_DELAY = 0.02
 FOLLOW_MAX_DELAY = 0.5
 #: The largest message (as JSON, large parts by reference) a task accepts.
 MAX_MESSAGE_BYTES = 256 * 1024
+# How long a task the index learned of before its workflow started may go unconfirmed (nothing
+# written over it) before a read checks that its workflow exists.
+_UNCONFIRMED_SECONDS = 30.0
 # How long a sender retries a task that is archiving its run (TaskBusy).
 _BUSY_PATIENCE = 60.0
 # The longest single wait before a query refused as busy is tried again.
@@ -637,7 +640,7 @@ class TaskService:
         never waiting for the task's workflow."""
         row = await self._row(task_id)
         if row is not None:
-            if row.swept:
+            if row.swept or not await self._confirmed(row):
                 return None
             task = await anyio.to_thread.run_sync(self._row_task, row)
             return self._row_view(row, task)
@@ -797,8 +800,8 @@ class TaskService:
         """
         cursor = _decode_token(page_token)
 
-        def read() -> tuple[list[TaskView], int]:
-            rows, total = self._store.list_index(
+        rows, total = await anyio.to_thread.run_sync(
+            lambda: self._store.list_index(
                 participant=participant,
                 context_id=context_id,
                 state=state,
@@ -806,22 +809,47 @@ class TaskService:
                 limit=page_size + 1,
                 cursor=cursor,
             )
-            views = [
-                self._row_view(row, self._row_task(row, history=history, artifacts=artifacts))
-                for row in rows[:page_size]
-            ]
-            return views, total if len(rows) > page_size else -total - 1
+        )
+        more = len(rows) > page_size
+        page = rows[:page_size]
+        shown = [row for row in page if await self._confirmed(row)]
+        total -= len(page) - len(shown)
 
-        views, total = await anyio.to_thread.run_sync(read)
-        if total < 0:
-            return views, "", -total - 1
-        last = views[-1]
-        status_at = parse_timestamp(str(last.task["status"].get("timestamp", ""))) or 0
-        return views, _encode_token(status_at, str(last.task["id"])), total
+        def read() -> list[TaskView]:
+            return [
+                self._row_view(row, self._row_task(row, history=history, artifacts=artifacts))
+                for row in shown
+            ]
+
+        views = await anyio.to_thread.run_sync(read)
+        if not more:
+            return views, "", total
+        last = page[-1]
+        return views, _encode_token(last.status_at, last.task_id), total
 
     async def running_count(self) -> int:
-        """How many of this agent's tasks have not ended (the listing index)."""
-        return await anyio.to_thread.run_sync(self._store.count_open)
+        """How many of this agent's task workflows run (Temporal's visibility, a moment behind)."""
+        query = (
+            f"WorkflowType = 'TaskWorkflow' AND TaskQueue = {_quote(self.queue)} "
+            "AND ExecutionStatus = 'Running'"
+        )
+
+        async def count(client: Client) -> int:
+            return (await client.count_workflows(query)).count
+
+        return await self._call(count)
+
+    async def _confirmed(self, row: IndexRow) -> bool:
+        """False for a task the index learned of before its workflow started, whose workflow
+        never did (its process died in between): the row is taken out. Checked only for rows
+        nothing has written over for ``_UNCONFIRMED_SECONDS``."""
+        if not row.unconfirmed or time.time() * 1e6 - row.written_at < _UNCONFIRMED_SECONDS * 1e6:
+            return True
+        if await self._owner(row.task_id) is not None:
+            return True
+        log.info("task %s never started (its process stopped first): forgotten", row.task_id)
+        await anyio.to_thread.run_sync(self._store.forget_unstarted, row.task_id)
+        return False
 
     async def last_heartbeat(self) -> str | None:
         """When the agent's heartbeat last ran (ISO 8601), or None before the first one."""
@@ -863,6 +891,11 @@ class TaskService:
         if record.state != "TASK_STATE_CANCELED":
             raise TaskNotCancelableError(f"task {task_id} ended before it could be canceled")
         return await self._record_view(record)
+
+
+def _quote(value: str) -> str:
+    """A string literal for a Temporal visibility query (values from configuration only)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _retrieve_start_outcome(operation: WithStartWorkflowOperation[Any, Any]) -> None:

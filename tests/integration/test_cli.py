@@ -549,3 +549,22 @@ def test_sigterm_keeps_to_the_grace_period_and_hands_a_long_turn_back_to_tempora
         "take your time",
         "take your time",
     ]
+
+
+def test_a_taken_port_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """Given a port another socket listens on, when serve is asked to bind it, then it exits 1
+    with one line naming the address, and started nothing (no dev server, no store)."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        path = write_config(tmp_path, f'[server]\nbind = "127.0.0.1:{port}"\n')
+        result = harness("serve", str(path))
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"harness: cannot listen on 127.0.0.1:{port}: Address already in use (is another server "
+        "using the port? set [server] bind, or --bind)"
+    )
+    assert not (tmp_path / ".harness").exists()

@@ -6,6 +6,7 @@ Real HTTP on loopback, the real a2a-sdk client and real Temporal; only the model
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncGenerator
 from typing import cast
 
@@ -21,10 +22,11 @@ from a2a.types import (
     Task,
     TaskState,
 )
-from a2a.utils.errors import InvalidParamsError
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from harness_core import Gate, ScriptedModel, TurnOutput
+from harness_core.payloads import Archive, IndexEntry
 from tests.conftest import a2a_client, serving, user_message
 
 pytestmark = pytest.mark.anyio
@@ -166,3 +168,44 @@ async def test_list_filters_by_status_time_state_context_history_and_artifacts(m
     assert [t.id for t in by_context.tasks] == [done.id]
     assert [t.id for t in since.tasks] == [asking.id]
     assert (later.total_size, list(later.tasks)) == (0, [])
+
+
+async def test_a_task_listed_before_a_start_that_never_happened_is_forgotten(make_harness):
+    """Given a task the index learned of before its workflow started, whose process died before
+    the start (simulated: the entry alone, written 60 s ago), when it is read or listed, then it is
+    not found and not listed, and its entry is gone; a real task beside it is untouched."""
+    harness = make_harness(ScriptedModel(["real"]))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        real = await send_blocking(client, user_message("real one"))
+        store = harness.tasks._store  # pyright: ignore[reportPrivateUsage]
+        ghost = "00000000-0000-4000-8000-00000000dead"
+        store.checkpoint(
+            IndexEntry(
+                archive=Archive(
+                    task_id=ghost,
+                    agent_id=harness.agent_id,
+                    context_id="ctx",
+                    first_message=0,
+                    messages=({"messageId": "g", "role": "ROLE_USER", "parts": [{"text": "?"}]},),
+                    events=(),
+                    participants=(),
+                ),
+                status={"state": "TASK_STATE_SUBMITTED", "timestamp": "2030-01-01T00:00:00Z"},
+                last_seq=0,
+                messages=1,
+                busy=True,
+            ),
+            partial=True,
+        )
+        with sqlite3.connect(store.path) as db:  # the entry's age: its process died a while ago
+            db.execute(
+                "UPDATE task_index SET written_at = written_at - 60000000 WHERE task_id = ?",
+                (ghost,),
+            )
+        listed = await client.list_tasks(ListTasksRequest())
+        with pytest.raises(TaskNotFoundError):
+            await client.get_task(GetTaskRequest(id=ghost))
+        row = store.index_row(ghost)
+    assert [t.id for t in listed.tasks] == [real.id]
+    assert listed.total_size == 1
+    assert row is None
