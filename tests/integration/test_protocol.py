@@ -6,6 +6,8 @@ and real Temporal; only the model is scripted.
 
 from __future__ import annotations
 
+import sqlite3
+
 import anyio
 import httpx
 import pytest
@@ -141,3 +143,42 @@ async def test_a_subscription_lasts_until_the_task_ends_and_resumes_after_its_la
     ]
     assert resumed_seqs and min(resumed_seqs) > 1
     assert resumed[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_a_stream_survives_a_read_that_fails_once(make_harness):
+    """Given a subscription whose second read of the task fails (a store locked past its
+    timeout, as under heavy load), when the task then completes, then the stream retries the read
+    and ends with COMPLETED instead of an internal error."""
+    harness = make_harness(ScriptedModel([TurnOutput("which?", action="ask"), "that one"]))
+    async with (
+        serving(harness) as url,
+        a2a_client(url) as client,
+        a2a_client(url, streaming=False) as sender,
+    ):
+        task = await send_blocking(sender, user_message("pick"))
+        tasks = harness.tasks
+        real_poll = tasks.poll
+        calls = 0
+
+        async def flaky_poll(task_id: str, after: int, participant: str | None):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise sqlite3.OperationalError("database is locked")
+            return await real_poll(task_id, after, participant)
+
+        tasks.poll = flaky_poll  # type: ignore[method-assign]
+        events: list[StreamResponse] = []
+        async with anyio.create_task_group() as tg:
+
+            async def follow() -> None:
+                async for event in client.subscribe(SubscribeToTaskRequest(id=task.id)):
+                    events.append(event)
+
+            tg.start_soon(follow)
+            with anyio.fail_after(30):
+                while calls < 3:
+                    await anyio.sleep(0.01)
+                await send_blocking(sender, user_message("the red one", task_id=task.id))
+    assert calls >= 3
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED

@@ -139,6 +139,13 @@ def agent(tmp_path_factory: pytest.TempPathFactory, temporal_address: str) -> It
             served.process.wait()
     records = [json.loads(line) for line in served.log.splitlines() if line.startswith("{")]
     assert [r for r in records if r.get("level") in ("ERROR", "CRITICAL")] == []
+    # A client's mistake (a task not found, a bad parameter) is the client's: INFO at most.
+    assert [
+        r for r in records if r.get("level") == "WARNING" and r["logger"].startswith("a2a")
+    ] == []
+    assert any(
+        r["logger"] == "harness.http" and r["message"].startswith("refused") for r in records
+    )
     assert "Traceback" not in served.log
     assert "\x1b[" not in served.log  # every line went through the JSON format
 
