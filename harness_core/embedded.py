@@ -425,7 +425,12 @@ class _ServerRun:
         self._tail.append(line)
         if not line.strip():
             return
-        warning = not self._stopping and _WARNING_LINE.search(line) is not None
+        # "context canceled": a worker's poll ended by its own stop, not trouble of the server's.
+        warning = (
+            not self._stopping
+            and _WARNING_LINE.search(line) is not None
+            and "context canceled" not in line
+        )
         _log.log(
             logging.WARNING if warning else logging.DEBUG,
             "temporal[%d]: %s",
