@@ -27,6 +27,7 @@ from harness_core.agents.context import ActivityTurnContext, outcome_of
 from harness_core.agents.parts import message_from_json
 from harness_core.agents.turn import Agent, TurnMessage
 from harness_core.blobs import BlobStore, has_blobs
+from harness_core.delegation import DelegationActivities
 from harness_core.live import LIVE
 from harness_core.payloads import (
     Archive,
@@ -90,6 +91,7 @@ class AgentActivities:
         llm: LlmLoop | None = None,
         *,
         ended_ttl: float = 0.0,
+        delegation: DelegationActivities | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.agent = agent
@@ -99,6 +101,7 @@ class AgentActivities:
         # Ended tasks and unreferenced blobs older than this are swept by the heartbeat (0: never).
         self.ended_ttl = ended_ttl
         self._doomed: set[str] = set()
+        self.delegation = delegation
 
     def _check_agent(self, agent_id: str, what: str) -> None:
         """Refuse work of another agent: it reaches this worker only when two agents (in two
@@ -333,6 +336,7 @@ class AgentActivities:
             self.checkpoint,
             self.store_record,
             self.heartbeat,
+            *(self.delegation.all() if self.delegation is not None else ()),
         ]
 
 

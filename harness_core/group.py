@@ -63,6 +63,10 @@ class HarnessGroup:
             except ValueError as exc:
                 raise ConfigError(f"bind {bind!r}: {exc}") from None
         self.harnesses = harnesses
+        # Every agent of the group reaches the others by id (delegation).
+        peers = {h.agent_id: h for h in harnesses}
+        for h in harnesses:
+            h.peers = peers
         self.bind = bind or harnesses[0].settings.server.bind
         self._running = False
         self._ran = False

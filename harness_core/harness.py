@@ -27,6 +27,7 @@ from harness_core.agents.turn import Agent, AgentFunction
 from harness_core.blobs import BlobStore
 from harness_core.config import Settings
 from harness_core.converter import data_converter
+from harness_core.delegation import DelegationActivities
 from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
 from harness_core.logs import agent_context, install_record_redaction, quiet_client_errors
 from harness_core.model import Model, as_agent
@@ -131,6 +132,8 @@ class Harness:
         self._tasks: TaskService | None = None
         self._scope: anyio.CancelScope | None = None
         self._done: anyio.Event | None = None
+        #: The agents of this agent's group, by id (set by the group): delegation targets.
+        self.peers: dict[str, Harness] = {self.agent_id: self}
         self._app: HarnessApp | None = None
         self._group: Any = None
         self._bound_url: str | None = None
@@ -238,6 +241,7 @@ class Harness:
                             blobs,
                             self.model_loop,
                             ended_ttl=settings.retention.ended_ttl,
+                            delegation=DelegationActivities(self.agent_id, self.peer_url),
                         )
                         async with anyio.create_task_group() as tg:
                             queue = settings.effective_task_queue
@@ -317,6 +321,12 @@ class Harness:
             idle_seconds=self.settings.retention.idle_timeout,
             expired_state=f"TASK_STATE_{self.settings.retention.expired_state.upper()}",
         )
+
+    def peer_url(self, agent_id: str) -> str | None:
+        """Where the agent ``agent_id`` of this agent's group is served (its public URL); None
+        when the group has no such agent."""
+        peer = self.peers.get(agent_id)
+        return peer.public_url if peer is not None else None
 
     @property
     def temporal_up(self) -> bool:

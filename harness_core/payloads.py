@@ -22,6 +22,9 @@ __all__ = [
     "SETTLED_STATES",
     "TERMINAL_STATES",
     "Archive",
+    "DelegationRequest",
+    "DelegationResult",
+    "DelegationSpec",
     "EventPage",
     "Inbound",
     "IndexEntry",
@@ -239,18 +242,56 @@ class TurnRequest:
 
 
 @attrs.frozen
+class DelegationSpec:
+    """A message a turn hands to another agent (``target``: its id), and the remote task it
+    continues, if any."""
+
+    target: str
+    parts: tuple[ProtoJSON, ...]
+    task_id: str = ""
+
+
+@attrs.frozen
+class DelegationRequest:
+    """The input of a stand-in workflow: send ``message`` to agent ``target`` for the task
+    ``parent_task_id`` of agent ``agent_id``, as ``participant``, and follow the remote task."""
+
+    agent_id: str
+    parent_task_id: str
+    target: str
+    message: ProtoJSON
+    participant: str
+
+
+@attrs.frozen
+class DelegationResult:
+    """What the other agent answered: its task, the state it reached, and its answer."""
+
+    target: str
+    remote_task_id: str
+    state: str
+    #: The remote status message's parts and the remote task's artifacts (ProtoJSON).
+    parts: tuple[ProtoJSON, ...] = ()
+    artifacts: tuple[ProtoJSON, ...] = ()
+    #: Why the delegation could not be made (unknown agent, unreachable): our own words.
+    error: str = ""
+
+
+@attrs.frozen
 class TurnOutcome:
     """How a turn ended, and what it emitted (events, large content by reference).
 
-    ``kind`` is one of complete, ask, auth, reject, fail, reply.
+    ``kind`` is one of complete, ask, auth, reject, fail, reply, delegate.
     """
 
-    kind: Literal["complete", "ask", "auth", "reject", "fail", "reply"]
+    kind: Literal["complete", "ask", "auth", "reject", "fail", "reply", "delegate"]
     message: tuple[ProtoJSON, ...] = ()
     artifacts: tuple[ProtoJSON, ...] = ()
     #: Progress and artifact updates emitted during the turn, in order (ProtoJSON event bodies
     #: without task and context ids): ("status", body) or ("artifact", body).
     emitted: tuple[tuple[str, ProtoJSON], ...] = ()
+    #: ``kind == "delegate"``: the messages for other agents.
+    delegations: tuple[DelegationSpec, ...] = ()
 
 
 @attrs.frozen

@@ -32,7 +32,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from harness_core.activities import AgentActivities
 from harness_core.logs import AgentContextInterceptor
 from harness_core.pool import TemporalConnection
-from harness_core.workflows import HeartbeatWorkflow, TaskWorkflow
+from harness_core.workflows import DelegationWorkflow, HeartbeatWorkflow, TaskWorkflow
 
 __all__ = [
     "PASSTHROUGH",
@@ -78,7 +78,7 @@ async def run_worker(
             return Worker(
                 connection.client,
                 task_queue=queue,
-                workflows=[TaskWorkflow, HeartbeatWorkflow],
+                workflows=[TaskWorkflow, HeartbeatWorkflow, DelegationWorkflow],
                 activities=activities.all(),
                 activity_executor=executor,
                 # Operators (and `temporal task-queue describe`) see which agent polls.

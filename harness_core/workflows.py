@@ -27,6 +27,7 @@ histories.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -46,6 +47,8 @@ from harness_core.payloads import (
     SETTLED_STATES,
     TERMINAL_STATES,
     Archive,
+    DelegationRequest,
+    DelegationResult,
     Inbound,
     IndexEntry,
     ModelStep,
@@ -65,7 +68,7 @@ from harness_core.payloads import (
     may_access,
 )
 
-__all__ = ["HeartbeatWorkflow", "TaskWorkflow", "task_closed_message"]
+__all__ = ["DelegationWorkflow", "HeartbeatWorkflow", "TaskWorkflow", "task_closed_message"]
 
 RUN_TURN = "run_turn"
 MODEL_STEP = "model_step"
@@ -74,6 +77,9 @@ ARCHIVE = "archive"
 CHECKPOINT = "checkpoint"
 STORE_RECORD = "store_record"
 HEARTBEAT = "heartbeat"
+DELEGATE_SEND = "delegate_send"
+DELEGATE_POLL = "delegate_poll"
+DELEGATE_CANCEL = "delegate_cancel"
 
 # The text of the validator's refusal; the HTTP layer recognises it to answer with a clear A2A error.
 CLOSED_TASK = "task is closed"
@@ -568,6 +574,8 @@ class TaskWorkflow:
                 except (ActivityError, ApplicationError) as error:
                     workflow.logger.warning("turn %d of task %s failed", self._turns, start.task_id)
                     outcome = self._model_failed(error)
+            if outcome is not None and outcome.kind == "delegate":
+                outcome = await self._delegate(start, outcome)
             if outcome is None:
                 self._emit_status(
                     "TASK_STATE_CANCELED", self._agent_message("final", _text_message("canceled"))
@@ -728,6 +736,107 @@ class TaskWorkflow:
                 kind = "interrupted; it may or may not have taken effect"
             return ToolCallOutput(f"the tool {spec.name} failed ({kind})", failed=True)
 
+    async def _delegate(self, start: TaskStart, outcome: TurnOutcome) -> TurnOutcome | None:
+        """Hand the turn's messages to other agents, each through a stand-in child workflow, and
+        wait for all of them; their answers become the next turn's messages. None: the task was
+        canceled meanwhile (the stand-ins, and so the remote tasks, are canceled too)."""
+        number = self._turns
+        for kind, body in outcome.emitted:
+            self._event(kind, body)
+        if outcome.message:
+            self._emit_status(
+                "TASK_STATE_WORKING", self._agent_message(f"delegating:{number}", outcome.message)
+            )
+        participant = self._participants[0] if self._participants else f"agent:{start.agent_id}"
+        handles: list[workflow.ChildWorkflowHandle[Any, DelegationResult]] = []
+        for index, spec in enumerate(outcome.delegations, start=1):
+            message: ProtoJSON = {
+                "messageId": f"{start.task_id}:{number}:{index}",
+                "role": "ROLE_USER",
+                "parts": list(spec.parts),
+            }
+            if spec.task_id:
+                message["taskId"] = spec.task_id
+            request = DelegationRequest(
+                agent_id=start.agent_id,
+                parent_task_id=start.task_id,
+                target=spec.target,
+                message=message,
+                participant=participant,
+            )
+            handle = await workflow.start_child_workflow(
+                DelegationWorkflow.run,
+                request,
+                id=f"{start.task_id}:delegate:{number}:{index}",
+                task_queue=workflow.info().task_queue,
+            )
+            handles.append(handle)
+        await workflow.wait_condition(
+            lambda: all(h.done() for h in handles) or self._cancel_requested
+        )
+        if self._cancel_requested:
+            for handle in handles:
+                if not handle.done():
+                    handle.cancel()
+            for handle in handles:
+                # Each ends as it can (canceled, or done just before); the task is canceled anyway.
+                with contextlib.suppress(BaseException):
+                    await handle
+            return None
+        for index, (spec, handle) in enumerate(zip(outcome.delegations, handles, strict=True)):
+            try:
+                result = handle.result()
+            except BaseException:  # a failed stand-in is told as a failed delegation
+                result = DelegationResult(
+                    target=spec.target, remote_task_id="", state="", error="the delegation failed"
+                )
+            self._take_answer(start, number, index + 1, result)
+        # Not an answer: the next turn, with the other agents' answers, decides.
+        return TurnOutcome(kind="delegate")
+
+    def _take_answer(
+        self, start: TaskStart, number: int, index: int, result: DelegationResult
+    ) -> None:
+        """Another agent's answer, as a message of this task for the agent's next turn."""
+        if result.error:
+            parts: list[ProtoJSON] = [
+                {"text": f"the delegation to {result.target} failed: {result.error}"}
+            ]
+        else:
+            parts = [dict(p) for p in result.parts]
+            for artifact in result.artifacts:
+                artifact_parts: list[ProtoJSON] = list(artifact.get("parts") or [])
+                parts.extend(dict(p) for p in artifact_parts)
+        message_id = f"{start.task_id}:answer-of:{number}:{index}"
+        message: ProtoJSON = {
+            "messageId": message_id,
+            "role": "ROLE_USER",
+            "parts": parts,
+            "taskId": start.task_id,
+            "contextId": start.context_id,
+            "metadata": {
+                "harness.delegation": {
+                    "agent": result.target,
+                    "taskId": result.remote_task_id,
+                    "state": result.state,
+                }
+            },
+        }
+        sender = f"agent:{result.target}"
+        self._ids[message_id] = ""
+        self._senders[message_id] = sender
+        self._mailbox.append(
+            Inbound(
+                message=message,
+                participant=sender,
+                wait=False,
+                agent_id=start.agent_id,
+                size=_json_size(message),
+            )
+        )
+        self._run_bytes += _json_size(message)
+        self._accepted += 1
+
     def _model_failed(self, error: BaseException) -> TurnOutcome:
         cause = error.__cause__ if isinstance(error, ActivityError) else error
         text = "the agent could not complete this task"
@@ -750,6 +859,8 @@ class TaskWorkflow:
                 "TASK_STATE_FAILED",
                 self._agent_message("final", message or _text_message("the task failed")),
             )
+        elif outcome.kind == "delegate":
+            pass  # the answers wait in the mailbox: the next turn takes them
         elif outcome.kind == "reject":
             self._emit_status("TASK_STATE_REJECTED", self._agent_message("final", message))
         elif self._mailbox:
@@ -868,6 +979,63 @@ class TaskWorkflow:
     def cancel(self) -> None:
         if self._state not in TERMINAL_STATES:
             self._cancel_requested = True
+
+
+@workflow.defn(name="DelegationWorkflow")
+class DelegationWorkflow:
+    """The stand-in of one delegation, a child of the delegating task on the same queue: it sends
+    the message to the other agent over A2A (a blocking send, in an activity that heartbeats), and
+    follows the remote task with GetTask, backing off, until it settles (answered, asking, ended).
+    Canceled with its parent, it cancels the remote task."""
+
+    @workflow.run
+    async def run(self, request: DelegationRequest) -> DelegationResult:
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=10,
+            non_retryable_error_types=["UnknownAgent", "DelegationRefused"],
+        )
+        remote_task_id = ""
+        try:
+            result: DelegationResult = await workflow.execute_activity(
+                DELEGATE_SEND,
+                request,
+                result_type=DelegationResult,
+                start_to_close_timeout=timedelta(minutes=10),
+                heartbeat_timeout=_HEARTBEAT_TIMEOUT,
+                retry_policy=retry,
+            )
+            remote_task_id = result.remote_task_id
+            delay = 1.0
+            while result.state not in SETTLED_STATES:
+                await workflow.sleep(timedelta(seconds=delay))
+                delay = min(delay * 2, 30.0)
+                result = await workflow.execute_activity(
+                    DELEGATE_POLL,
+                    args=[request, result.remote_task_id],
+                    result_type=DelegationResult,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=retry,
+                )
+            return result
+        except ActivityError as error:
+            cause = error.__cause__
+            why = (
+                cause.message if isinstance(cause, ApplicationError) else "it could not be reached"
+            )
+            return DelegationResult(
+                target=request.target, remote_task_id="", state="", error=str(why)
+            )
+        except asyncio.CancelledError:
+            if remote_task_id:
+                await workflow.execute_activity(
+                    DELEGATE_CANCEL,
+                    args=[request, remote_task_id],
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                )
+            raise
 
 
 @workflow.defn(name="HeartbeatWorkflow")

@@ -19,6 +19,7 @@ from harness_core.agents.turn import (
     Ask,
     AuthRequired,
     Complete,
+    Delegate,
     Fail,
     Part,
     Reject,
@@ -28,7 +29,7 @@ from harness_core.agents.turn import (
     parts_of,
 )
 from harness_core.blobs import OFFLOAD_BYTES, BlobStore
-from harness_core.payloads import ProtoJSON, TurnOutcome
+from harness_core.payloads import DelegationSpec, ProtoJSON, TurnOutcome
 
 __all__ = ["ActivityTurnContext", "outcome_of"]
 
@@ -202,10 +203,24 @@ class ActivityTurnContext:
 def outcome_of(result: TurnResult, ctx: ActivityTurnContext) -> TurnOutcome:
     """The workflow's view of what the turn did."""
     ctx.finish()
+    if isinstance(result, Delegate):
+        return TurnOutcome(
+            kind="delegate",
+            message=tuple(ctx.offload(parts_to_json(result.message))),
+            emitted=tuple(ctx.emitted),
+            delegations=tuple(
+                DelegationSpec(
+                    target=d.to,
+                    parts=tuple(ctx.offload(parts_to_json(d.message))),
+                    task_id=d.task_id or "",
+                )
+                for d in result.delegations
+            ),
+        )
     if not isinstance(result, Complete | Ask | AuthRequired | Reject | Fail | Reply):  # pyright: ignore[reportUnnecessaryIsInstance]
         raise TypeError(
-            f"a turn must return Complete, Ask, AuthRequired, Reject, Fail or Reply, not "
-            f"{type(result).__name__}"
+            f"a turn must return Complete, Ask, AuthRequired, Reject, Fail, Reply or Delegate, "
+            f"not {type(result).__name__}"
         )
     parts: list[ProtoJSON] = list(ctx.offload(parts_to_json(result.message)))
     artifacts: list[ProtoJSON] = []

@@ -27,6 +27,8 @@ __all__ = [
     "AuthRequired",
     "Complete",
     "DataPart",
+    "Delegate",
+    "Delegation",
     "Fail",
     "FilePart",
     "Part",
@@ -165,7 +167,34 @@ class Reply:
     message: tuple[Part, ...] = attrs.field(converter=_content)
 
 
-TurnResult = Complete | Ask | AuthRequired | Reject | Fail | Reply
+@attrs.frozen
+class Delegation:
+    """One message for another agent: ``to`` is an agent id (of this group, or configured), the
+    message is what it is sent; ``task_id`` continues a task of that agent (to answer its
+    question)."""
+
+    to: str
+    message: tuple[Part, ...] = attrs.field(converter=_content)
+    task_id: str | None = None
+
+
+def _delegations(value: Delegation | Sequence[Delegation]) -> tuple[Delegation, ...]:
+    return (value,) if isinstance(value, Delegation) else tuple(value)
+
+
+@attrs.frozen
+class Delegate:
+    """Hand work to other agents and wait for them, durably: each delegation is a message to its
+    agent over A2A; when all have answered (or asked something), the agent's next turn gets their
+    answers as new messages, each sent by ``agent:<id>`` with ``metadata["harness.delegation"]``
+    (the agent, its task id and state). The task stays WORKING meanwhile."""
+
+    delegations: tuple[Delegation, ...] = attrs.field(converter=_delegations)
+    #: What the participant sees meanwhile (a progress message), if anything.
+    message: tuple[Part, ...] = attrs.field(default=(), converter=_content)
+
+
+TurnResult = Complete | Ask | AuthRequired | Reject | Fail | Reply | Delegate
 
 
 @runtime_checkable

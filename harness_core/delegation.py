@@ -1,0 +1,148 @@
+"""Delegation over A2A: the activities of a stand-in workflow send a message to another agent with
+a2a-sdk's client, follow its task, and cancel it.
+
+The same path serves an agent of this group (reached at its public URL) and one elsewhere: every
+call is A2A over HTTP. A target is an agent id; ``Peers`` turns it into a base URL (the group's own
+agents, each at its public URL). The message id is derived from the delegating task, its turn and
+the delegation's place in it, so a retried send reaches the same remote task (the remote agent
+derives its task id from the message) and the remote model runs once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import httpx
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    Task,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from harness_core.payloads import DelegationRequest, DelegationResult, ProtoJSON
+
+__all__ = ["DelegationActivities", "Peers"]
+
+log = logging.getLogger("harness.delegation")
+
+#: Resolves an agent id to the base URL of its A2A endpoint (None: no such agent).
+Peers = Callable[[str], "str | None"]
+
+# A blocking send waits for the other agent's turn; the activity heartbeats meanwhile.
+_SEND_TIMEOUT = 300.0
+_HEARTBEAT_EVERY = 2.0
+
+
+class DelegationActivities:
+    """The delegation activities of one agent: ``peers`` says where the other agents are."""
+
+    def __init__(self, agent_id: str, peers: Peers) -> None:
+        self.agent_id = agent_id
+        self.peers = peers
+        self._cards: dict[str, AgentCard] = {}
+
+    def _url(self, target: str) -> str:
+        url = self.peers(target)
+        if url is None:
+            raise ApplicationError(
+                f"there is no agent {target!r} to delegate to (neither in this group nor "
+                "configured)",
+                type="UnknownAgent",
+                non_retryable=True,
+            )
+        return url
+
+    async def _client(self, http: httpx.AsyncClient, url: str) -> Client:
+        card = self._cards.get(url)
+        if card is None:
+            card = await A2ACardResolver(http, url).get_agent_card()
+            self._cards[url] = card
+        return ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)
+
+    def _headers(self, request: DelegationRequest) -> dict[str, str]:
+        # The identity travels with the call: the remote task belongs to the same participant.
+        return {"X-Participant-Id": request.participant, "A2A-Version": "1.0"}
+
+    @activity.defn(name="delegate_send")
+    async def delegate_send(self, request: DelegationRequest) -> DelegationResult:
+        """Send the message and wait for the other agent to settle (heartbeating)."""
+        url = self._url(request.target)
+        message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
+        events: list[Any] = []
+        async with (
+            httpx.AsyncClient(timeout=_SEND_TIMEOUT, headers=self._headers(request)) as http,
+            anyio.create_task_group() as tg,
+        ):
+
+            async def beat() -> None:
+                while True:
+                    activity.heartbeat()
+                    await anyio.sleep(_HEARTBEAT_EVERY)
+
+            tg.start_soon(beat)
+            client = await self._client(http, url)
+            events += [
+                event
+                async for event in client.send_message(
+                    SendMessageRequest(message=message, configuration=SendMessageConfiguration())
+                )
+            ]
+            tg.cancel_scope.cancel()
+        if not events:
+            raise ApplicationError(f"agent {request.target} answered nothing")
+        last = events[-1]
+        if last.HasField("message"):
+            return _from_message(request.target, last.message)
+        return _from_task(request.target, last.task)
+
+    @activity.defn(name="delegate_poll")
+    async def delegate_poll(self, request: DelegationRequest, task_id: str) -> DelegationResult:
+        url = self._url(request.target)
+        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
+            client = await self._client(http, url)
+            task = await client.get_task(GetTaskRequest(id=task_id))
+        return _from_task(request.target, task)
+
+    @activity.defn(name="delegate_cancel")
+    async def delegate_cancel(self, request: DelegationRequest, task_id: str) -> None:
+        url = self._url(request.target)
+        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
+            client = await self._client(http, url)
+            try:
+                await client.cancel_task(CancelTaskRequest(id=task_id))
+            except Exception as error:  # an ended remote task cannot be canceled: fine
+                log.info("canceling task %s of agent %s: %s", task_id, request.target, error)
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.delegate_send, self.delegate_poll, self.delegate_cancel]
+
+
+def _from_task(target: str, task: Task) -> DelegationResult:
+    status = MessageToDict(task.status)
+    state = str(status.get("state", ""))
+    parts = tuple(status.get("message", {}).get("parts") or ())
+    artifacts = tuple(MessageToDict(a) for a in task.artifacts)
+    return DelegationResult(
+        target=target, remote_task_id=task.id, state=state, parts=parts, artifacts=artifacts
+    )
+
+
+def _from_message(target: str, message: Message) -> DelegationResult:
+    body: ProtoJSON = MessageToDict(message)
+    return DelegationResult(
+        target=target,
+        remote_task_id="",
+        state="TASK_STATE_COMPLETED",
+        parts=tuple(body.get("parts") or ()),
+    )

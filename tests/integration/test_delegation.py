@@ -1,0 +1,112 @@
+"""Agents work together: a turn delegates to other agents of its group over A2A, durably.
+
+The seed's scenario in one process: a delegates to b and c, b to d; every call is real A2A over
+loopback HTTP to the agents' prefixed routes, each delegation a stand-in child workflow on real
+Temporal. Only the agents' decisions are scripted.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import pytest
+from a2a.types import SendMessageRequest, Task, TaskState
+from google.protobuf.json_format import MessageToDict
+
+from harness_core import Complete, Delegate, Delegation, Harness, TurnContext
+from harness_core.agents.turn import TurnResult
+from tests.conftest import a2a_client, agent_settings, serving, unique_id, user_message
+
+pytestmark = pytest.mark.anyio
+
+
+class Team:
+    """Four scripted agents and how many turns each ran (turns run on the Temporal thread)."""
+
+    def __init__(self) -> None:
+        self.turns: collections.Counter[str] = collections.Counter()
+        self.seen: dict[str, list[tuple[str | None, str]]] = collections.defaultdict(list)
+        self._lock = threading.Lock()
+        self.ids = {name: unique_id(name) for name in "abcd"}
+
+    def _count(self, name: str, ctx: TurnContext) -> None:
+        with self._lock:
+            self.turns[name] += 1
+            self.seen[name].extend((m.sender, m.text) for m in ctx.new_messages)
+
+    async def a(self, ctx: TurnContext) -> TurnResult:
+        self._count("a", ctx)
+        if ctx.number == 1:
+            return Delegate(
+                [
+                    Delegation(self.ids["b"], "ask d for the answer"),
+                    Delegation(self.ids["c"], "what colour?"),
+                ],
+                message="asking b and c",
+            )
+        return Complete(" | ".join(sorted(m.text for m in ctx.new_messages)))
+
+    async def b(self, ctx: TurnContext) -> TurnResult:
+        self._count("b", ctx)
+        if ctx.number == 1:
+            return Delegate(Delegation(self.ids["d"], "what is the answer?"))
+        return Complete(f"b heard: {ctx.new_messages[-1].text}")
+
+    async def c(self, ctx: TurnContext) -> TurnResult:
+        self._count("c", ctx)
+        return Complete("c says blue")
+
+    async def d(self, ctx: TurnContext) -> TurnResult:
+        self._count("d", ctx)
+        return Complete("d says 42")
+
+
+async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
+    tmp_path, temporal_address
+):
+    """Given agents a..d of one group, when a's participant asks a, then a's first turn hands work
+    to b and c, b's to d, each answer returns to its delegating task as a message from
+    ``agent:<id>``, a completes with b's (which carries d's) and c's contributions, and every
+    model ran one turn per message it got."""
+    team = Team()
+    harnesses = [
+        Harness(
+            agent_settings(tmp_path / name, temporal_address, team.ids[name]),
+            agent=getattr(team, name),
+            prefix=f"/agents/{team.ids[name]}",
+        )
+        for name in "abcd"
+    ]
+    async with serving(*harnesses) as url:
+        a_url = f"{url}/agents/{team.ids['a']}"
+        async with a2a_client(
+            a_url, streaming=False, headers={"X-Participant-Id": "alice"}
+        ) as client:
+            [event] = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("what do we know?"))
+                )
+            ]
+    task: Task = event.task
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == "b heard: d says 42 | c says blue"
+    assert team.turns == {"a": 2, "b": 2, "c": 1, "d": 1}
+    b_id, c_id = team.ids["b"], team.ids["c"]
+    assert sorted(team.seen["a"][1:]) == [
+        (f"agent:{b_id}", "b heard: d says 42"),
+        (f"agent:{c_id}", "c says blue"),
+    ]
+    # The participant's identity travelled with every call.
+    assert team.seen["b"][0] == ("alice", "ask d for the answer")
+    assert team.seen["d"] == [("alice", "what is the answer?")]
+    answers = [
+        MessageToDict(m)["metadata"]["harness.delegation"]
+        for m in task.history
+        if "harness.delegation" in MessageToDict(m).get("metadata", {})
+    ]
+    assert sorted((x["agent"], x["state"]) for x in answers) == [
+        (b_id, "TASK_STATE_COMPLETED"),
+        (c_id, "TASK_STATE_COMPLETED"),
+    ]
