@@ -53,7 +53,7 @@ current_agent: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 # Third-party loggers that drown the harness's own lines at INFO; they stay at WARNING unless the
 # harness itself logs at DEBUG.
-_NOISY = ("temporalio",)
+_NOISY = ("temporalio", "httpx", "a2a.client")
 
 
 @contextlib.contextmanager

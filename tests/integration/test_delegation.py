@@ -8,15 +8,31 @@ Temporal. Only the agents' decisions are scripted.
 from __future__ import annotations
 
 import collections
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
+import httpx
 import pytest
 from a2a.types import SendMessageRequest, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
 from harness_core import Complete, Delegate, Delegation, Harness, TurnContext
 from harness_core.agents.turn import TurnResult
-from tests.conftest import a2a_client, agent_settings, serving, unique_id, user_message
+from tests.conftest import (
+    a2a_client,
+    agent_settings,
+    free_port,
+    serving,
+    unique_id,
+    user_message,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.anyio
 
@@ -110,3 +126,109 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
         (b_id, "TASK_STATE_COMPLETED"),
         (c_id, "TASK_STATE_COMPLETED"),
     ]
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_team_survives_a_sigkill_while_d_thinks_and_no_turn_completes_twice(
+    tmp_path: Path, backend: str
+) -> None:
+    """Given examples/multi_agent served by ``harness serve`` (a, b, c, d on one embedded dev
+    server), when a's participant asks a and the host is SIGKILLed while d is mid-turn, then after
+    a restart everything completes: a answers with b's (carrying d's) and c's contributions, and
+    every agent completed exactly one turn per message it got (d's killed attempt ran again)."""
+    example = ROOT / "examples" / "multi_agent"
+    configs = []
+    for name in "abcd":
+        text = (example / f"{name}.toml").read_text()
+        (tmp_path / f"{name}.toml").write_text(text)
+        configs.append(str(tmp_path / f"{name}.toml"))
+    journal = tmp_path / "journal.txt"
+    port = free_port()
+
+    def serve(delay: str) -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT / "examples"),
+            "MULTI_AGENT_JOURNAL": str(journal),
+            "MULTI_AGENT_D_DELAY": delay,
+        }
+        log = (tmp_path / f"serve-{delay}.log").open("wb")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harness_core.cli",
+                "serve",
+                *configs,
+                "--bind",
+                f"127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+            env=env,
+        )
+        deadline = time.monotonic() + 60
+        while "serving 4 agent(s)" not in (tmp_path / f"serve-{delay}.log").read_text():
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)  # another process: its log is the only signal
+        return process
+
+    url = f"http://127.0.0.1:{port}/agents/a/"
+    headers = {"A2A-Version": "1.0", "X-Participant-Id": "alice"}
+    message = {"messageId": "q-1", "role": "ROLE_USER", "parts": [{"text": "how to build it"}]}
+    first = serve("30")
+    try:
+        sent = httpx.post(
+            url,
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {"message": message, "configuration": {"returnImmediately": True}},
+            },
+            headers=headers,
+            timeout=30,
+        ).json()
+        task_id = sent["result"]["task"]["id"]
+        deadline = time.monotonic() + 60
+        while "d start" not in (journal.read_text() if journal.exists() else ""):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        first.kill()  # SIGKILL, d mid-turn
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    second = serve("0")
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            got = httpx.post(
+                url,
+                json={"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}},
+                headers=headers,
+                timeout=30,
+            ).json()["result"]
+            if got["status"]["state"] == "TASK_STATE_COMPLETED" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=60) == 0
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait()
+    assert got["status"]["state"] == "TASK_STATE_COMPLETED", got
+    assert got["status"]["message"]["parts"][0]["text"] == (
+        "the team says: b found: d says 42 | c drew it in blue"
+    )
+    done = collections.Counter(
+        line.split()[0] for line in journal.read_text().splitlines() if line.split()[1] == "done"
+    )
+    started = collections.Counter(
+        line.split()[0] for line in journal.read_text().splitlines() if line.split()[1] == "start"
+    )
+    assert done == {"a": 2, "b": 2, "c": 1, "d": 1}
+    assert started["d"] == 2  # the killed attempt, and the one after the restart
