@@ -35,7 +35,9 @@ def build_agent_card(harness: Harness) -> AgentCard:
             AgentInterface(url=f"{url}/", protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0"),
         ],
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(
+            streaming=True, push_notifications=harness.settings.push.enabled
+        ),
         default_input_modes=list(harness.input_modes),
         default_output_modes=list(harness.output_modes),
         skills=[

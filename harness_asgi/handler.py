@@ -68,7 +68,8 @@ from harness_core import errors
 from harness_core.agents.modes import refused_media_types
 from harness_core.harness import Harness
 from harness_core.live import LIVE, LiveEvent
-from harness_core.payloads import TERMINAL_STATES, EventPage, TaskEvent, TaskView
+from harness_core.payloads import TERMINAL_STATES, EventPage, ProtoJSON, TaskEvent, TaskView
+from harness_core.push import webhook_problem
 from harness_core.tasks import FOLLOW_FIRST_DELAY, FOLLOW_MAX_DELAY, TaskService
 
 __all__ = ["SEQ_KEY", "HarnessRequestHandler"]
@@ -270,6 +271,15 @@ class HarnessRequestHandler(RequestHandler):
     def __init__(self, harness: Harness) -> None:
         self._harness = harness
 
+    async def _message_push(
+        self, params: SendMessageRequest, context: ServerCallContext
+    ) -> ProtoJSON | None:
+        """The webhook a SendMessage registers for its task (``configuration``), if any."""
+        if not params.configuration.HasField("task_push_notification_config"):
+            return None
+        self._push_allowed(context)
+        return await self._webhook(params.configuration.task_push_notification_config)
+
     def _check_message(self, message: Message, context: ServerCallContext) -> None:
         _check_tenant(context)
         if message.role != Role.ROLE_USER:
@@ -296,6 +306,7 @@ class HarnessRequestHandler(RequestHandler):
                 MessageToDict(params.message),
                 participant=_sender(context),
                 wait=not params.configuration.return_immediately,
+                push_config=await self._message_push(params, context),
             )
             if delivery.reply is not None:
                 # The agent answered with a direct Message: the client gets no task.
@@ -313,7 +324,10 @@ class HarnessRequestHandler(RequestHandler):
         with _a2a_errors("SendStreamingMessage"):
             tasks = self._harness.tasks
             delivery = await tasks.send(
-                MessageToDict(params.message), participant=participant, wait=False
+                MessageToDict(params.message),
+                participant=participant,
+                wait=False,
+                push_config=await self._message_push(params, context),
             )
             task = await _task_proto(tasks, delivery.view)
         yield task
@@ -483,25 +497,77 @@ class HarnessRequestHandler(RequestHandler):
             view = await tasks.cancel(params.id, _reader(context))
             return await _task_proto(tasks, view)
 
+    def _push_allowed(self, context: ServerCallContext) -> None:
+        _check_tenant(context)
+        if not self._harness.settings.push.enabled:
+            raise PushNotificationNotSupportedError()
+
+    async def _webhook(self, config: TaskPushNotificationConfig) -> ProtoJSON:
+        """The config as ProtoJSON, once its URL passed the SSRF guard."""
+        body: ProtoJSON = MessageToDict(config)
+        problem = await anyio.to_thread.run_sync(
+            webhook_problem, config.url, self._harness.settings.push.allow_hosts
+        )
+        if problem is not None:
+            raise InvalidParamsError(message=f"the webhook URL is refused: {problem}")
+        return body
+
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError()
+        self._push_allowed(context)
+        if not params.task_id:
+            raise InvalidParamsError(message="taskId is required")
+        with _a2a_errors("CreateTaskPushNotificationConfig"):
+            # Another's task reads as not found before anything about the webhook is said.
+            if await self._harness.tasks.view(params.task_id, _reader(context)) is None:
+                raise TaskNotFoundError()
+        body = await self._webhook(params)
+        with _a2a_errors("CreateTaskPushNotificationConfig"):
+            stored = await self._harness.tasks.create_push_config(
+                params.task_id, _reader(context), body
+            )
+        return ParseDict(stored, TaskPushNotificationConfig(), ignore_unknown_fields=True)
+
+    async def _configs(self, task_id: str, context: ServerCallContext) -> list[ProtoJSON]:
+        with _a2a_errors("push notification configs"):
+            return await self._harness.tasks.push_configs(task_id, _reader(context))
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError()
+        self._push_allowed(context)
+        for config in await self._configs(params.task_id, context):
+            if config.get("id") == params.id:
+                return ParseDict(config, TaskPushNotificationConfig(), ignore_unknown_fields=True)
+        raise InvalidParamsError(
+            message=f"task {params.task_id} has no push notification config {params.id}"
+        )
 
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError()
+        self._push_allowed(context)
+        configs = await self._configs(params.task_id, context)
+        return ListTaskPushNotificationConfigsResponse(
+            configs=[
+                ParseDict(c, TaskPushNotificationConfig(), ignore_unknown_fields=True)
+                for c in configs
+            ]
+        )
 
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        raise PushNotificationNotSupportedError()
+        self._push_allowed(context)
+        with _a2a_errors("DeleteTaskPushNotificationConfig"):
+            deleted = await self._harness.tasks.delete_push_config(
+                params.task_id, params.id, _reader(context)
+            )
+        if not deleted:
+            raise InvalidParamsError(
+                message=f"task {params.task_id} has no push notification config {params.id}"
+            )
 
     async def on_get_extended_agent_card(
         self, params: GetExtendedAgentCardRequest, context: ServerCallContext

@@ -40,6 +40,7 @@ from harness_core.payloads import (
     TurnOutcome,
     TurnRequest,
 )
+from harness_core.push import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.workflows import (
@@ -92,6 +93,7 @@ class AgentActivities:
         *,
         ended_ttl: float = 0.0,
         delegation: DelegationActivities | None = None,
+        push: PushActivities | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.agent = agent
@@ -102,6 +104,7 @@ class AgentActivities:
         self.ended_ttl = ended_ttl
         self._doomed: set[str] = set()
         self.delegation = delegation
+        self.push = push
 
     def _check_agent(self, agent_id: str, what: str) -> None:
         """Refuse work of another agent: it reaches this worker only when two agents (in two
@@ -337,6 +340,7 @@ class AgentActivities:
             self.store_record,
             self.heartbeat,
             *(self.delegation.all() if self.delegation is not None else ()),
+            *(self.push.all() if self.push is not None else ()),
         ]
 
 

@@ -124,6 +124,17 @@ class HeartbeatConfig:
 
 
 @attrs.frozen
+class PushConfig:
+    """``[push]``: push notifications (webhooks) to A2A clients."""
+
+    enabled: bool = True  # the card declares pushNotifications; the four config methods work
+    # Webhook hosts allowed although they are loopback or private (SSRF guard): host names, IP
+    # addresses or networks ("127.0.0.1", "localhost", "10.0.0.0/8").
+    allow_hosts: tuple[str, ...] = ()
+    timeout: float = 10.0  # seconds one webhook call may take
+
+
+@attrs.frozen
 class RetentionConfig:
     """``[retention]``: how long tasks, their records and streams may last."""
 
@@ -171,6 +182,7 @@ class Settings:
     heartbeat: HeartbeatConfig = attrs.field(factory=HeartbeatConfig)
     model: ModelConfig = attrs.field(factory=ModelConfig)
     retention: RetentionConfig = attrs.field(factory=RetentionConfig)
+    push: PushConfig = attrs.field(factory=PushConfig)
     # Set by the loader, never read from TOML.
     source: Path | None = None
     base_dir: Path = attrs.field(default=Path("."))
@@ -295,6 +307,7 @@ for _cls in (
     HeartbeatConfig,
     ModelConfig,
     RetentionConfig,
+    PushConfig,
     Settings,
 ):
     # The TOML walk below reads field types, which `from __future__ import annotations` leaves
@@ -579,6 +592,17 @@ def _validate(settings: Settings, label: str) -> None:
         raise _bad_duration(
             label, "heartbeat.interval", settings.heartbeat.interval, "be at least 1 second"
         )
+
+    for index, host in enumerate(settings.push.allow_hosts):
+        if not re.fullmatch(r"[A-Za-z0-9.:/\-\[\]]{1,253}", host):
+            raise _bad_value(
+                label,
+                f"push.allow_hosts[{index}]",
+                host,
+                'must be a host name, an IP address or a network ("10.0.0.0/8")',
+            )
+    if settings.push.timeout <= 0:
+        raise _bad_duration(label, "push.timeout", settings.push.timeout, "be more than 0")
 
     retention = settings.retention
     if retention.idle_timeout and retention.idle_timeout < 1:

@@ -33,6 +33,7 @@ from harness_core.logs import agent_context, install_record_redaction, quiet_cli
 from harness_core.model import Model, as_agent
 from harness_core.payloads import TaskStart
 from harness_core.pool import pool
+from harness_core.push import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.tasks import TaskService
@@ -242,6 +243,13 @@ class Harness:
                             self.model_loop,
                             ended_ttl=settings.retention.ended_ttl,
                             delegation=DelegationActivities(self.agent_id, self.peer_url),
+                            push=PushActivities(
+                                self.agent_id,
+                                store,
+                                blobs.restore,
+                                allow=settings.push.allow_hosts,
+                                timeout=settings.push.timeout,
+                            ),
                         )
                         async with anyio.create_task_group() as tg:
                             queue = settings.effective_task_queue

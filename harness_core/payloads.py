@@ -31,6 +31,7 @@ __all__ = [
     "ModelStep",
     "ModelStepInput",
     "ProtoJSON",
+    "PushBatch",
     "Receipt",
     "TaskCarry",
     "TaskEvent",
@@ -76,6 +77,8 @@ class Inbound:
     size: int = 0
     #: A digest of the message's content: a retry has the same, a reused id another.
     digest: str = ""
+    #: The sender registered a push notification config with the message: the task pushes.
+    push: bool = False
 
 
 @attrs.frozen
@@ -107,6 +110,9 @@ class TaskCarry:
     turns: int
     runs: int
     cancel_requested: bool = False
+    #: The task pushes its updates to webhooks, and has pushed those up to this seq.
+    push: bool = False
+    pushed_seq: int = 0
 
 
 @attrs.frozen
@@ -379,6 +385,15 @@ class IndexEntry:
     messages: int
     #: A turn runs or a message waits for one.
     busy: bool
+
+
+@attrs.frozen
+class PushBatch:
+    """Task updates to deliver to the task's push notification configs (webhooks)."""
+
+    agent_id: str
+    task_id: str
+    events: tuple[TaskEvent, ...]
 
 
 @attrs.frozen

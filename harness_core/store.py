@@ -80,6 +80,13 @@ CREATE TABLE IF NOT EXISTS task_index (
     written_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS task_index_order ON task_index (status_at, task_id);
+CREATE TABLE IF NOT EXISTS push_configs (
+    task_id TEXT NOT NULL,
+    config_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (task_id, config_id)
+);
 CREATE INDEX IF NOT EXISTS task_index_context ON task_index (context_id, status_at, task_id);
 """
 #: How long the id of a removed task is remembered (reads of it answer not found).
@@ -486,7 +493,13 @@ class TaskStore:
                 ).fetchall()
             ]
             rows = [(i,) for i in ids]
-            for table in ("tasks", "task_messages", "task_events", "task_participants"):
+            for table in (
+                "tasks",
+                "task_messages",
+                "task_events",
+                "task_participants",
+                "push_configs",
+            ):
                 self._db.executemany(f"DELETE FROM {table} WHERE task_id = ?", rows)
             self._db.executemany(
                 "UPDATE task_index SET closed = 2, status = '{}', written_at = ? WHERE task_id = ?",
@@ -514,6 +527,34 @@ class TaskStore:
                 for (text,) in cursor:
                     found.update(pattern.findall(text))
         return found
+
+    # -- push notification configs -----------------------------------------------------------------
+
+    def put_push_config(self, task_id: str, config_id: str, owner: str, body: ProtoJSON) -> None:
+        """Keep (or replace) a client's webhook for a task."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO push_configs VALUES (?, ?, ?, ?)",
+                (task_id, config_id, owner, _dumps(body)),
+            )
+
+    def push_configs(self, task_id: str) -> list[tuple[str, str, ProtoJSON]]:
+        """The task's webhooks: (config id, owner, body), oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT config_id, owner, body FROM push_configs WHERE task_id = ? ORDER BY rowid",
+                (task_id,),
+            ).fetchall()
+        return [(str(r[0]), str(r[1]), cast("ProtoJSON", json.loads(r[2]))) for r in rows]
+
+    def delete_push_config(self, task_id: str, config_id: str) -> bool:
+        with self._lock:
+            return bool(
+                self._db.execute(
+                    "DELETE FROM push_configs WHERE task_id = ? AND config_id = ?",
+                    (task_id, config_id),
+                ).rowcount
+            )
 
     def set_meta(self, key: str, value: str) -> None:
         with self._lock:

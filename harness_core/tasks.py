@@ -222,7 +222,14 @@ class TaskService:
 
     # -- send -------------------------------------------------------------------------------------
 
-    async def send(self, message: ProtoJSON, *, participant: str | None, wait: bool) -> Delivery:
+    async def send(
+        self,
+        message: ProtoJSON,
+        *,
+        participant: str | None,
+        wait: bool,
+        push_config: ProtoJSON | None = None,
+    ) -> Delivery:
         """Deliver a user message: to its task when it names one, else to a new task.
 
         With ``wait``, return once the task has settled after this message (completed, failed,
@@ -254,11 +261,16 @@ class TaskService:
             agent_id=self.agent_id,
             size=size,
             digest=content_digest(message),
+            push=push_config is not None,
         )
         task_id = str(message.get("taskId") or "")
-        if task_id:
+        if not task_id:
+            task_id = derive_task_id(self.agent_id, participant, message_id, inbound.digest)
+        if push_config is not None:
+            # Kept before the message reaches the task, so its first update is pushed.
+            await self._put_push_config(task_id, participant, push_config)
+        if message.get("taskId"):
             return await self._deliver_existing(task_id, inbound)
-        task_id = derive_task_id(self.agent_id, participant, message_id, inbound.digest)
         # The record outlives the workflow's retention: a late retry must find it, not restart it.
         if await self._record(task_id) is not None:
             return await self._closed_delivery(task_id, inbound)
@@ -399,6 +411,54 @@ class TaskService:
             view=view,
             reply=receipt.reply,
         )
+
+    # -- push notification configs ------------------------------------------------------------------
+
+    async def _put_push_config(
+        self, task_id: str, participant: str | None, config: ProtoJSON
+    ) -> ProtoJSON:
+        config_id = str(config.get("id") or "") or uuid.uuid4().hex
+        body = {**config, "id": config_id, "taskId": task_id}
+        body.pop("tenant", None)
+        await anyio.to_thread.run_sync(
+            self._store.put_push_config, task_id, config_id, participant or "", body
+        )
+        return body
+
+    async def create_push_config(
+        self, task_id: str, participant: str | None, config: ProtoJSON
+    ) -> ProtoJSON:
+        """Keep a webhook for the task and tell its workflow to push. Raises
+        ``TaskNotFoundError``."""
+        view = await self.view(task_id, participant)
+        if view is None:
+            raise TaskNotFoundError(f"task {task_id} not found")
+        body = await self._put_push_config(task_id, participant, config)
+        if not view.closed:
+            with contextlib.suppress(RPCError):
+                await self._call(
+                    lambda c: c.get_workflow_handle(task_id).signal(TaskWorkflow.enable_push)
+                )
+        return body
+
+    async def push_configs(self, task_id: str, participant: str | None) -> list[ProtoJSON]:
+        """The task's webhooks the caller may see. Raises ``TaskNotFoundError``."""
+        view = await self.view(task_id, participant)
+        if view is None:
+            raise TaskNotFoundError(f"task {task_id} not found")
+        configs = await anyio.to_thread.run_sync(self._store.push_configs, task_id)
+        return [
+            body for _, owner, body in configs if may_access((owner,) if owner else (), participant)
+        ]
+
+    async def delete_push_config(
+        self, task_id: str, config_id: str, participant: str | None
+    ) -> bool:
+        """Remove a webhook of the task; False when it has none of that id."""
+        configs = await self.push_configs(task_id, participant)
+        if not any(c.get("id") == config_id for c in configs):
+            return False
+        return await anyio.to_thread.run_sync(self._store.delete_push_config, task_id, config_id)
 
     async def _note(self, task_id: str, receipt: Receipt) -> None:
         """Tell the listing index what the receipt says, so that the sender's next read (or

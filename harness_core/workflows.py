@@ -54,6 +54,7 @@ from harness_core.payloads import (
     ModelStep,
     ModelStepInput,
     ProtoJSON,
+    PushBatch,
     Receipt,
     TaskCarry,
     TaskEvent,
@@ -80,6 +81,9 @@ HEARTBEAT = "heartbeat"
 DELEGATE_SEND = "delegate_send"
 DELEGATE_POLL = "delegate_poll"
 DELEGATE_CANCEL = "delegate_cancel"
+PUSH = "push_deliver"
+# How long an ending task (or a run about to continue as new) waits for its pushes to go out.
+_PUSH_PATIENCE = timedelta(minutes=5)
 
 # The text of the validator's refusal; the HTTP layer recognises it to answer with a clear A2A error.
 CLOSED_TASK = "task is closed"
@@ -182,6 +186,9 @@ class TaskWorkflow:
         self._turns = carry.turns if carry else 0
         self._runs = (carry.runs if carry else 0) + 1
         self._cancel_requested = carry.cancel_requested if carry else False
+        # Push notifications: on once a client registers a webhook for the task.
+        self._push = carry.push if carry else False
+        self._pushed = carry.pushed_seq if carry else 0
         self._history: list[ProtoJSON] = []  # this run's messages
         self._events: list[TaskEvent] = []  # this run's events
         self._mailbox: list[Inbound] = []
@@ -276,6 +283,8 @@ class TaskWorkflow:
             self._history.append(message)
         self._run_bytes += inbound.size
         self._accepted += 1
+        if inbound.push:
+            self._push = True
         return True
 
     def _tail(self, after_event: int, after_message: int) -> TaskTail:
@@ -298,6 +307,56 @@ class TaskWorkflow:
 
     @workflow.run
     async def run(self, start: TaskStart) -> TaskRecord:
+        pusher = asyncio.create_task(self._pusher(start))
+        try:
+            return await self._run(start)
+        finally:
+            pusher.cancel()
+
+    async def _pusher(self, start: TaskStart) -> None:
+        """Once the task pushes, deliver each new update to its webhooks, in order, by an activity
+        that retries with backoff (and so survives restarts)."""
+        await workflow.wait_condition(lambda: self._push)
+        while True:
+            await workflow.wait_condition(lambda: self._last_seq() > self._pushed)
+            upto = self._last_seq()
+            first = max(self._pushed - self._archived_events, 0)
+            batch = PushBatch(
+                agent_id=start.agent_id,
+                task_id=start.task_id,
+                events=tuple(self._events[first : upto - self._archived_events]),
+            )
+            try:
+                await workflow.execute_activity(
+                    PUSH,
+                    batch,
+                    start_to_close_timeout=timedelta(minutes=2),
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=1),
+                        maximum_interval=timedelta(seconds=60),
+                        maximum_attempts=8,
+                        non_retryable_error_types=["WrongAgent"],
+                    ),
+                )
+            except ActivityError:
+                workflow.logger.warning("task %s: its push notifications failed", start.task_id)
+            self._pushed = upto
+
+    async def _pushes_sent(self) -> None:
+        """Wait (a while) for the pushes of what happened so far to go out."""
+        if not self._push:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await workflow.wait_condition(
+                lambda: self._pushed >= self._last_seq(), timeout=_PUSH_PATIENCE
+            )
+
+    @workflow.signal
+    def enable_push(self) -> None:
+        """A client registered a push notification config for the task."""
+        self._push = True
+
+    async def _run(self, start: TaskStart) -> TaskRecord:
         while True:
             idle = self._idle_limit(start)
             try:
@@ -324,6 +383,7 @@ class TaskWorkflow:
         else:
             self._refuse_pending()
         self._closed = True
+        await self._pushes_sent()
         record = await self._store_final(start)
         # Blocked senders wake on _closed; let their updates finish first.
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -420,6 +480,7 @@ class TaskWorkflow:
     async def _continue_as_new(self, start: TaskStart) -> None:
         self._closing = True
         await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._pushes_sent()
         try:
             await workflow.execute_activity(
                 ARCHIVE,
@@ -441,6 +502,8 @@ class TaskWorkflow:
             turns=self._turns,
             runs=self._runs,
             cancel_requested=self._cancel_requested,
+            push=self._push,
+            pushed_seq=self._pushed,
         )
         workflow.continue_as_new(
             TaskStart(

@@ -24,7 +24,7 @@ from a2a.types import (
     TaskPushNotificationConfig,
     TaskState,
 )
-from a2a.utils.errors import PushNotificationNotSupportedError, TaskNotFoundError
+from a2a.utils.errors import TaskNotFoundError
 
 from harness_core import Gate, ScriptedModel, TurnOutput
 from tests.conftest import a2a_client, serving, user_message
@@ -69,19 +69,19 @@ async def test_every_task_operation_of_agent_a_on_agent_bs_task_is_not_found(
                     )
                 )
             listed = await intruder.list_tasks(ListTasksRequest())
-            with pytest.raises(PushNotificationNotSupportedError):
+            with pytest.raises(TaskNotFoundError):
                 await intruder.create_task_push_notification_config(
                     TaskPushNotificationConfig(task_id=task.id, url="http://127.0.0.1:9/")
                 )
-            with pytest.raises(PushNotificationNotSupportedError):
+            with pytest.raises(TaskNotFoundError):
                 await intruder.get_task_push_notification_config(
                     GetTaskPushNotificationConfigRequest(task_id=task.id, id="x")
                 )
-            with pytest.raises(PushNotificationNotSupportedError):
+            with pytest.raises(TaskNotFoundError):
                 await intruder.list_task_push_notification_configs(
                     ListTaskPushNotificationConfigsRequest(task_id=task.id)
                 )
-            with pytest.raises(PushNotificationNotSupportedError):
+            with pytest.raises(TaskNotFoundError):
                 await intruder.delete_task_push_notification_config(
                     DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="x")
                 )

@@ -1,0 +1,159 @@
+"""Push notifications to A2A clients: each update of a task goes to the webhooks its clients
+registered (A2A 1.0 §3.1.7, §4.3.3), by an activity of the task's workflow that retries with backoff.
+
+A webhook is an ``http``/``https`` URL whose host resolves only to public addresses: loopback, private,
+link-local, multicast and reserved addresses are refused (the SSRF guard), unless ``[push]
+allow_hosts`` names the host, the address or a network containing it. The check runs when a config
+is created and again before every delivery (a name may resolve elsewhere later). Each call carries
+``X-A2A-Notification-Token`` (the config's token) and ``Authorization`` (its authentication), a JSON
+``StreamResponse`` body, and has ``[push] timeout`` to answer 2xx.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from harness_core.payloads import ProtoJSON, PushBatch
+from harness_core.store import TaskStore
+
+__all__ = ["PushActivities", "webhook_problem"]
+
+log = logging.getLogger("harness.push")
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _allowed(host: str, addresses: Sequence[Address], allow: Sequence[str]) -> bool:
+    for entry in allow:
+        if entry.lower() == host.lower():
+            return True
+        try:
+            network = ipaddress.ip_network(entry.strip("[]"), strict=False)
+        except ValueError:
+            continue
+        if addresses and all(address in network for address in addresses):
+            return True
+    return False
+
+
+def _public(address: Address) -> bool:
+    return not (
+        address.is_loopback
+        or address.is_private
+        or address.is_link_local
+        or address.is_multicast
+        or address.is_reserved
+        or address.is_unspecified
+    )
+
+
+def webhook_problem(url: str, allow: Sequence[str]) -> str | None:
+    """What is wrong with ``url`` as a webhook (None: nothing). Resolves its host: call it in a
+    worker thread."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "it is not a URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "it must be an http or https URL with a host"
+    host = parts.hostname
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, ValueError):
+        return f"its host {host} does not resolve"
+    addresses: list[Address] = []
+    for info in infos:
+        raw: Any = info[4][0]
+        addresses.append(ipaddress.ip_address(str(raw).split("%", 1)[0]))
+    if _allowed(host, addresses, allow):
+        return None
+    if not all(_public(a) for a in addresses):
+        return (
+            f"its host {host} is a loopback, private or reserved address; name it in "
+            "[push] allow_hosts to allow it"
+        )
+    return None
+
+
+class PushActivities:
+    """The push delivery activity of one agent."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        store: TaskStore,
+        restore: Callable[[Any], Any],
+        *,
+        allow: Sequence[str],
+        timeout: float,
+    ) -> None:
+        self.agent_id = agent_id
+        self.store = store
+        self.restore = restore
+        self.allow = tuple(allow)
+        self.timeout = timeout
+
+    @activity.defn(name="push_deliver")
+    async def push_deliver(self, batch: PushBatch) -> None:
+        """POST each update to each webhook of the task, in order; any failure retries the batch
+        (clients are told to expect duplicates, A2A 1.0 §4.3.3)."""
+        if batch.agent_id != self.agent_id:
+            raise ApplicationError(
+                "the push of another agent", type="WrongAgent", non_retryable=True
+            )
+        configs = await anyio.to_thread.run_sync(self.store.push_configs, batch.task_id)
+        if not configs or not batch.events:
+            return
+        bodies: list[ProtoJSON] = []
+        for event in batch.events:
+            body = await anyio.to_thread.run_sync(self.restore, event.body)
+            key = "statusUpdate" if event.kind == "status" else "artifactUpdate"
+            bodies.append(
+                {key: {**body, "metadata": {**body.get("metadata", {}), "harness.seq": event.seq}}}
+            )
+        failures: list[str] = []
+        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as http:
+            for config_id, _owner, config in configs:
+                url = str(config.get("url", ""))
+                problem = await anyio.to_thread.run_sync(webhook_problem, url, self.allow)
+                if problem is not None:
+                    log.warning(
+                        "task %s: push config %s skipped: %s", batch.task_id, config_id, problem
+                    )
+                    continue
+                headers = {"Content-Type": "application/json"}
+                if config.get("token"):
+                    headers["X-A2A-Notification-Token"] = str(config["token"])
+                auth = cast("ProtoJSON", config.get("authentication") or {})
+                scheme = str(auth.get("scheme", ""))
+                if scheme:
+                    credentials = str(auth.get("credentials", ""))
+                    headers["Authorization"] = f"{scheme} {credentials}".strip()
+                for body in bodies:
+                    try:
+                        answer = await http.post(url, json=body, headers=headers)
+                    except httpx.HTTPError as error:
+                        failures.append(f"{config_id}: {type(error).__name__}")
+                        break
+                    if not 200 <= answer.status_code < 300:
+                        failures.append(f"{config_id}: HTTP {answer.status_code}")
+                        break
+        if failures:
+            # Retried by the workflow's policy, with backoff; our own words only.
+            raise ApplicationError(
+                f"push notifications of task {batch.task_id} failed: {', '.join(failures)}"
+            )
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.push_deliver]

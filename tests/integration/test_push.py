@@ -1,0 +1,155 @@
+"""Push notifications to A2A clients: the four config methods, delivery of every update to the
+webhook (retried when it fails), its token and auth headers, and the SSRF guard.
+
+A real webhook receiver (a Starlette app on Hypercorn, loopback), real Temporal, the real a2a-sdk
+client; only the model is scripted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from a2a.types import (
+    AuthenticationInfo,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
+    ListTaskPushNotificationConfigsRequest,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from a2a.utils.errors import InvalidParamsError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from harness_core import ScriptedModel, TurnOutput
+from tests.conftest import a2a_client, serving, serving_app, user_message
+
+pytestmark = pytest.mark.anyio
+
+
+class Receiver:
+    """A webhook that records what it gets; it fails its first call (so delivery must retry)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dict[str, str], dict[str, Any]]] = []
+        self.failed = 0
+        self.app = Starlette(routes=[Route("/hook", self.hook, methods=["POST"])])
+
+    async def hook(self, request: Request) -> JSONResponse:
+        if self.failed == 0:
+            self.failed += 1
+            return JSONResponse({"error": "not now"}, status_code=503)
+        self.calls.append((dict(request.headers), await request.json()))
+        return JSONResponse({})
+
+    def states(self) -> list[str]:
+        return [
+            body["statusUpdate"]["status"]["state"]
+            for _, body in self.calls
+            if "statusUpdate" in body
+        ]
+
+
+async def test_every_update_reaches_the_webhook_with_its_token_and_auth(make_harness):
+    """Given a webhook registered with the first message (token and Bearer auth), when the task
+    asks for input and is then answered, then the webhook gets each status update in order, the
+    first delivery retried after a 503, each with X-A2A-Notification-Token and Authorization; the
+    config can be read, listed and deleted; the card declares pushNotifications."""
+    receiver = Receiver()
+    harness = make_harness(
+        ScriptedModel([TurnOutput("which one?", action="ask"), "that one"]),
+        push={"allow_hosts": ["127.0.0.1"]},
+    )
+    async with serving_app(receiver.app) as hook_base, serving(harness) as url:
+        webhook = TaskPushNotificationConfig(
+            url=f"{hook_base}/hook",
+            token="tok-1",
+            authentication=AuthenticationInfo(scheme="Bearer", credentials="sekrit"),
+        )
+        async with a2a_client(url, streaming=False) as client:
+            [event] = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(
+                        message=user_message("pick one"),
+                        configuration=SendMessageConfiguration(
+                            task_push_notification_config=webhook
+                        ),
+                    )
+                )
+            ]
+            task: Task = event.task
+            with anyio.fail_after(30):
+                while "TASK_STATE_INPUT_REQUIRED" not in receiver.states():
+                    await anyio.sleep(0.05)
+            second = await client.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=task.id, url=f"{hook_base}/hook", id="second")
+            )
+            listed = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task.id)
+            )
+            got = await client.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=task.id, id="second")
+            )
+            await client.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="second")
+            )
+            after = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task.id)
+            )
+            [answered] = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("the red one", task_id=task.id))
+                )
+            ]
+            with anyio.fail_after(30):
+                while "TASK_STATE_COMPLETED" not in receiver.states():
+                    await anyio.sleep(0.05)
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(f"{url}/.well-known/agent-card.json")).json()
+    assert answered.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert receiver.failed == 1
+    states = receiver.states()
+    assert states[:2] == ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"]
+    assert states[-1] == "TASK_STATE_COMPLETED"
+    seqs = [body[next(iter(body))]["metadata"]["harness.seq"] for _, body in receiver.calls]
+    assert seqs == sorted(seqs)
+    headers = receiver.calls[0][0]
+    assert headers["x-a2a-notification-token"] == "tok-1"
+    assert headers["authorization"] == "Bearer sekrit"
+    assert second.id == "second" and second.task_id == task.id
+    assert len(listed.configs) == 2
+    assert "second" in [c.id for c in listed.configs]
+    assert got.url == f"{hook_base}/hook"
+    assert len(after.configs) == 1
+    assert "second" not in [c.id for c in after.configs]
+    assert card["capabilities"]["pushNotifications"] is True
+
+
+async def test_a_webhook_on_loopback_or_not_http_is_refused_without_an_allow_list(make_harness):
+    """Given an agent without [push] allow_hosts, when a client registers a webhook on loopback,
+    a private address or another scheme, then each is refused with -32602 and nothing is kept."""
+    harness = make_harness(ScriptedModel([TurnOutput("more?", action="ask")]))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        [event] = [
+            e async for e in client.send_message(SendMessageRequest(message=user_message("hi")))
+        ]
+        task_id = event.task.id
+        for hook in ("http://127.0.0.1:9/hook", "http://10.1.2.3/hook", "ftp://example.com/x"):
+            with pytest.raises(InvalidParamsError, match="webhook URL is refused"):
+                await client.create_task_push_notification_config(
+                    TaskPushNotificationConfig(task_id=task_id, url=hook)
+                )
+        kept = await client.list_task_push_notification_configs(
+            ListTaskPushNotificationConfigsRequest(task_id=task_id)
+        )
+    assert list(kept.configs) == []
