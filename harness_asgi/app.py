@@ -22,7 +22,7 @@ does (``harness.lifespan``, ``HarnessGroup.lifespan``, ``harnesses_lifespan``).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import anyio
@@ -110,7 +110,9 @@ def build_routes(harness: Harness) -> HarnessRoutes:
             card = build_agent_card(harness)
         return card
 
-    monitor: list[BaseRoute] = []
+    monitor: list[BaseRoute] = [
+        Route("/a2a/push/{standin}", _push_endpoint(harness), methods=["POST"])
+    ]
     if harness.routes.monitor:
         monitor.append(Route("/_monitor", _monitor_endpoint(harness), methods=["GET"]))
     ui: list[BaseRoute] = []
@@ -133,6 +135,27 @@ def build_routes(harness: Harness) -> HarnessRoutes:
         jsonrpc=jsonrpc,
         rest=rest,
     )
+
+
+def _push_endpoint(harness: Harness) -> Any:
+    async def push(request: Request) -> Response:
+        """Another agent's push for one of this agent's delegations (A2A StreamResponse)."""
+        token = request.headers.get("x-a2a-notification-token", "")
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return _error(400, "the body must be an A2A StreamResponse (a JSON object)")
+        accepted = await harness.tasks.accept_push(
+            str(request.path_params["standin"]), token, cast("dict[str, Any]", body)
+        )
+        if not accepted:
+            log.info("refused a push to %s", request.url.path)
+            return _error(401, "unknown delegation, or a wrong X-A2A-Notification-Token")
+        return JSONResponse({})
+
+    return push
 
 
 def _monitor_endpoint(harness: Harness) -> Any:
@@ -161,6 +184,7 @@ def needs_identity(route_path: str) -> bool:
     """Whether a request to ``route_path`` (below the prefix) is an A2A call."""
     return not (
         route_path in (_CARD_PATH, "/_monitor")
+        or route_path.startswith("/a2a/push/")
         or route_path == "/ui"
         or route_path.startswith("/ui/")
     )

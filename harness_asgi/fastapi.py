@@ -86,12 +86,16 @@ def harness_router(harness: Harness, *, tags: Sequence[str] | None = None) -> AP
             )
     for route in routes.monitor:
         if isinstance(route, Route):
+            push = route.path.startswith("/a2a/push/")
             router.add_api_route(
                 route.path,
                 route.endpoint,
-                methods=["GET"],
+                methods=["POST"] if push else ["GET"],
                 tags=route_tags,
-                summary="The agent's state and its running tasks",
+                summary="Another agent's push for a delegation"
+                if push
+                else "The agent's state and its running tasks",
+                openapi_extra=_with_parameters(route.path, ["POST"] if push else ["GET"], None),
             )
     return router
 

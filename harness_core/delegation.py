@@ -10,11 +10,14 @@ derives its task id from the message) and the remote model runs once.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import secrets
 from collections.abc import Callable
 from typing import Any
 
 import anyio
+import attrs
 import httpx
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types import (
@@ -25,14 +28,17 @@ from a2a.types import (
     SendMessageConfiguration,
     SendMessageRequest,
     Task,
+    TaskPushNotificationConfig,
 )
+from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from harness_core.payloads import DelegationRequest, DelegationResult, ProtoJSON
+from harness_core.store import TaskStore
 
-__all__ = ["DelegationActivities", "Peers"]
+__all__ = ["DelegationActivities", "Peers", "token_digest"]
 
 log = logging.getLogger("harness.delegation")
 
@@ -47,9 +53,19 @@ _HEARTBEAT_EVERY = 2.0
 class DelegationActivities:
     """The delegation activities of one agent: ``peers`` says where the other agents are."""
 
-    def __init__(self, agent_id: str, peers: Peers) -> None:
+    def __init__(
+        self,
+        agent_id: str,
+        peers: Peers,
+        *,
+        store: TaskStore | None = None,
+        push_base: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self.agent_id = agent_id
         self.peers = peers
+        self.store = store
+        # Where other agents may push this agent's delegations' updates (None: nowhere).
+        self.push_base = push_base
         self._cards: dict[str, AgentCard] = {}
 
     def _url(self, target: str) -> str:
@@ -74,11 +90,60 @@ class DelegationActivities:
         # The identity travels with the call: the remote task belongs to the same participant.
         return {"X-Participant-Id": request.participant, "A2A-Version": "1.0"}
 
+    async def _send_for_push(
+        self, request: DelegationRequest, url: str, message: Message
+    ) -> DelegationResult | None:
+        """Send without waiting, asking the other agent to push its updates to the stand-in;
+        None when push is off here, not offered there, or refused (the caller then waits)."""
+        base = self.push_base()
+        if base is None or self.store is None:
+            return None
+        standin = str(activity.info().workflow_id or "")
+        token = secrets.token_urlsafe(24)
+        # Only the digest is kept: neither Temporal's history nor the store holds the token.
+        await anyio.to_thread.run_sync(self.store.put_push_token, standin, token_digest(token))
+        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
+            client = await self._client(http, url)
+            card = self._cards.get(url)
+            if card is None or not card.capabilities.push_notifications:
+                return None
+            configuration = SendMessageConfiguration(
+                return_immediately=True,
+                task_push_notification_config=TaskPushNotificationConfig(
+                    url=base + standin, token=token
+                ),
+            )
+            try:
+                events = [
+                    event
+                    async for event in client.send_message(
+                        SendMessageRequest(message=message, configuration=configuration)
+                    )
+                ]
+            except A2AError as error:
+                log.info(
+                    "agent %s refused to push to %s (%s); following its task instead",
+                    request.target,
+                    base,
+                    error,
+                )
+                return None
+        if not events:
+            return None
+        last = events[-1]
+        if last.HasField("message"):
+            return _from_message(request.target, last.message)
+        return attrs.evolve(_from_task(request.target, last.task), pushed=True)
+
     @activity.defn(name="delegate_send")
     async def delegate_send(self, request: DelegationRequest) -> DelegationResult:
-        """Send the message and wait for the other agent to settle (heartbeating)."""
+        """Send the message: for pushes to the stand-in when the other agent offers them, else
+        waiting for the other agent to settle (heartbeating)."""
         url = self._url(request.target)
         message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
+        pushed = await self._send_for_push(request, url, message)
+        if pushed is not None:
+            return pushed
         events: list[Any] = []
         async with (
             httpx.AsyncClient(timeout=_SEND_TIMEOUT, headers=self._headers(request)) as http,
@@ -126,6 +191,10 @@ class DelegationActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.delegate_send, self.delegate_poll, self.delegate_cancel]
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _from_task(target: str, task: Task) -> DelegationResult:

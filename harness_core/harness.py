@@ -69,6 +69,9 @@ class RouteOptions:
     #: Streams get what a turn of this process emits at once (``harness_core.live``); off, they
     #: follow the durable event log only (polled), as streams served by another process do.
     live: bool = True
+    #: Delegations ask the other agent to push its updates to ``<public url>/a2a/push/<id>``
+    #: (where this app receives them); off, they follow the other agent's task by polling.
+    push: bool = True
 
 
 log = logging.getLogger("harness")
@@ -242,7 +245,12 @@ class Harness:
                             blobs,
                             self.model_loop,
                             ended_ttl=settings.retention.ended_ttl,
-                            delegation=DelegationActivities(self.agent_id, self.peer_url),
+                            delegation=DelegationActivities(
+                                self.agent_id,
+                                self.peer_url,
+                                store=store,
+                                push_base=self._push_base,
+                            ),
                             push=PushActivities(
                                 self.agent_id,
                                 store,
@@ -329,6 +337,12 @@ class Harness:
             idle_seconds=self.settings.retention.idle_timeout,
             expired_state=f"TASK_STATE_{self.settings.retention.expired_state.upper()}",
         )
+
+    def _push_base(self) -> str | None:
+        """Where other agents push this agent's delegations' updates (None: they may not)."""
+        if not self.routes.push:
+            return None
+        return self.public_url.rstrip("/") + "/a2a/push/"
 
     def peer_url(self, agent_id: str) -> str | None:
         """Where the agent ``agent_id`` of this agent's group is served (its public URL); None

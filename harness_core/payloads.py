@@ -281,6 +281,8 @@ class DelegationResult:
     artifacts: tuple[ProtoJSON, ...] = ()
     #: Why the delegation could not be made (unknown agent, unreachable): our own words.
     error: str = ""
+    #: The other agent pushes its updates to the stand-in (else the stand-in polls).
+    pushed: bool = False
 
 
 @attrs.frozen

@@ -80,6 +80,10 @@ CREATE TABLE IF NOT EXISTS task_index (
     written_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS task_index_order ON task_index (status_at, task_id);
+CREATE TABLE IF NOT EXISTS push_tokens (
+    standin_id TEXT PRIMARY KEY,
+    digest TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS push_configs (
     task_id TEXT NOT NULL,
     config_id TEXT NOT NULL,
@@ -546,6 +550,20 @@ class TaskStore:
                 (task_id,),
             ).fetchall()
         return [(str(r[0]), str(r[1]), cast("ProtoJSON", json.loads(r[2]))) for r in rows]
+
+    def put_push_token(self, standin_id: str, digest: str) -> None:
+        """The digest of the token another agent's pushes to a delegation must carry."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO push_tokens VALUES (?, ?)", (standin_id, digest)
+            )
+
+    def push_token(self, standin_id: str) -> str | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT digest FROM push_tokens WHERE standin_id = ?", (standin_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
 
     def delete_push_config(self, task_id: str, config_id: str) -> bool:
         with self._lock:

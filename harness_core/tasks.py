@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import hmac
 import json
 import logging
 import sqlite3
@@ -63,7 +64,7 @@ from harness_core.payloads import (
 from harness_core.pool import TemporalConnection
 from harness_core.secrets import SECRETS
 from harness_core.store import IndexRow, TaskStore, content_digest
-from harness_core.workflows import TaskWorkflow, task_closed_message
+from harness_core.workflows import DelegationWorkflow, TaskWorkflow, task_closed_message
 
 __all__ = ["MAX_MESSAGE_BYTES", "Delivery", "TaskService", "derive_task_id", "fold_artifacts"]
 
@@ -459,6 +460,36 @@ class TaskService:
         if not any(c.get("id") == config_id for c in configs):
             return False
         return await anyio.to_thread.run_sync(self._store.delete_push_config, task_id, config_id)
+
+    async def accept_push(self, standin_id: str, token: str, body: ProtoJSON) -> bool:
+        """Take a push of another agent for one of this agent's delegations: True when the token
+        matches the stand-in's digest (compared in constant time) and the stand-in is a
+        delegation of this agent (on its queue); then, and only then, the stand-in is woken with
+        the pushed state. Anything else wakes nothing. Repeated pushes change nothing more."""
+        digest = await anyio.to_thread.run_sync(self._store.push_token, standin_id)
+        offered = hashlib.sha256(token.encode()).hexdigest()
+        if digest is None or not hmac.compare_digest(digest, offered):
+            return False
+
+        async def describe(client: Client) -> tuple[str, str]:
+            info = await client.get_workflow_handle(standin_id).describe()
+            return info.task_queue, info.workflow_type
+
+        try:
+            queue, kind = await self._call(describe)
+        except RPCError:
+            return False
+        if queue != self.queue or kind != "DelegationWorkflow":
+            return False
+        update = cast("ProtoJSON", body.get("statusUpdate") or body.get("task") or {})
+        state = str(cast("ProtoJSON", update.get("status") or {}).get("state", ""))
+        if not state:
+            return True  # an artifact, say: the stand-in reads the task once it settles
+        with contextlib.suppress(RPCError):
+            await self._call(
+                lambda c: c.get_workflow_handle(standin_id).signal(DelegationWorkflow.pushed, state)
+            )
+        return True
 
     async def _note(self, task_id: str, receipt: Receipt) -> None:
         """Tell the listing index what the receipt says, so that the sender's next read (or

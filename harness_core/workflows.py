@@ -1051,6 +1051,14 @@ class DelegationWorkflow:
     follows the remote task with GetTask, backing off, until it settles (answered, asking, ended).
     Canceled with its parent, it cancels the remote task."""
 
+    def __init__(self) -> None:
+        self._pushed_state = ""
+
+    @workflow.signal
+    def pushed(self, state: str) -> None:
+        """The other agent pushed an update of its task (checked by the receiver first)."""
+        self._pushed_state = state
+
     @workflow.run
     async def run(self, request: DelegationRequest) -> DelegationResult:
         retry = RetryPolicy(
@@ -1070,6 +1078,23 @@ class DelegationWorkflow:
                 retry_policy=retry,
             )
             remote_task_id = result.remote_task_id
+            silence = 60.0
+            while result.pushed and result.state not in SETTLED_STATES:
+                # Woken by a push that the task settled, or after a silence: then read it.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await workflow.wait_condition(
+                        lambda: self._pushed_state in SETTLED_STATES,
+                        timeout=timedelta(seconds=silence),
+                    )
+                silence = min(silence * 2, 600.0)
+                polled = await workflow.execute_activity(
+                    DELEGATE_POLL,
+                    args=[request, remote_task_id],
+                    result_type=DelegationResult,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=retry,
+                )
+                result = attrs.evolve(polled, pushed=True)
             delay = 1.0
             while result.state not in SETTLED_STATES:
                 await workflow.sleep(timedelta(seconds=delay))

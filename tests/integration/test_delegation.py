@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -21,7 +22,7 @@ import pytest
 from a2a.types import SendMessageRequest, Task, TaskState
 from google.protobuf.json_format import MessageToDict
 
-from harness_core import Complete, Delegate, Delegation, Harness, TurnContext
+from harness_core import Complete, Delegate, Delegation, Harness, RouteOptions, TurnContext
 from harness_core.agents.turn import TurnResult
 from tests.conftest import (
     a2a_client,
@@ -78,8 +79,9 @@ class Team:
         return Complete("d says 42")
 
 
+@pytest.mark.parametrize("updates", ["push", "follow"])
 async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
-    tmp_path, temporal_address
+    tmp_path, temporal_address, updates
 ):
     """Given agents a..d of one group, when a's participant asks a, then a's first turn hands work
     to b and c, b's to d, each answer returns to its delegating task as a message from
@@ -88,9 +90,15 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
     team = Team()
     harnesses = [
         Harness(
-            agent_settings(tmp_path / name, temporal_address, team.ids[name]),
+            agent_settings(
+                tmp_path / name,
+                temporal_address,
+                team.ids[name],
+                push={"allow_hosts": ["127.0.0.1"]},
+            ),
             agent=getattr(team, name),
             prefix=f"/agents/{team.ids[name]}",
+            routes=RouteOptions(push=updates == "push"),
         )
         for name in "abcd"
     ]
@@ -126,6 +134,15 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
         (b_id, "TASK_STATE_COMPLETED"),
         (c_id, "TASK_STATE_COMPLETED"),
     ]
+    # Push or follow, as asked: with push, a's two delegations registered webhooks at b and c,
+    # whose tokens a keeps only as digests; with follow, none.
+    with sqlite3.connect(harnesses[0].settings.store_path) as db:
+        tokens = db.execute("SELECT digest FROM push_tokens").fetchall()
+    with sqlite3.connect(harnesses[1].settings.store_path) as db:
+        hooks = db.execute("SELECT body FROM push_configs").fetchall()
+    assert len(tokens) == (2 if updates == "push" else 0)
+    assert len(hooks) == (1 if updates == "push" else 0)
+    assert all(len(d) == 64 for (d,) in tokens)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
