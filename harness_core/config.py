@@ -124,6 +124,18 @@ class HeartbeatConfig:
 
 
 @attrs.frozen
+class RemoteAgentConfig:
+    """``[[agents]]``: another agent this one may delegate to, served elsewhere."""
+
+    id: str  # the id turns use to name it (Delegation(to=id))
+    url: str  # its A2A base URL (where its card is, under /.well-known/agent-card.json)
+    tenant: str | None = None  # the tenant to send as, if its endpoint serves several
+    updates: Literal["push", "follow"] = "push"  # push: it pushes to us (if its card offers it)
+    # Headers to send, by name; each value is the NAME of an environment variable holding it.
+    headers: tuple[str, ...] = ()
+
+
+@attrs.frozen
 class PushConfig:
     """``[push]``: push notifications (webhooks) to A2A clients."""
 
@@ -183,6 +195,7 @@ class Settings:
     model: ModelConfig = attrs.field(factory=ModelConfig)
     retention: RetentionConfig = attrs.field(factory=RetentionConfig)
     push: PushConfig = attrs.field(factory=PushConfig)
+    agents: tuple[RemoteAgentConfig, ...] = ()
     # Set by the loader, never read from TOML.
     source: Path | None = None
     base_dir: Path = attrs.field(default=Path("."))
@@ -308,6 +321,7 @@ for _cls in (
     ModelConfig,
     RetentionConfig,
     PushConfig,
+    RemoteAgentConfig,
     Settings,
 ):
     # The TOML walk below reads field types, which `from __future__ import annotations` leaves
@@ -454,6 +468,16 @@ def _check_value(value: object, annotation: object, key: str, label: str) -> obj
         if value not in choices:
             raise _bad_value(label, key, value, f"must be one of {allowed}")
         return value
+    if origin is tuple and attrs.has(typing.get_args(annotation)[0]):
+        if not isinstance(value, list):
+            raise ConfigError(
+                f"{label}: '{key}' must be an array of tables ([[{key}]]), got {_kind(value)}"
+            )
+        item_cls = typing.get_args(annotation)[0]
+        return [
+            _check_table(item, item_cls, f"{key}[{index}]", label)
+            for index, item in enumerate(typing.cast(list[object], value))
+        ]
     if origin is tuple:
         if not isinstance(value, list):
             raise ConfigError(f"{label}: '{key}' must be a list of strings, got {_kind(value)}")
@@ -592,6 +616,27 @@ def _validate(settings: Settings, label: str) -> None:
         raise _bad_duration(
             label, "heartbeat.interval", settings.heartbeat.interval, "be at least 1 second"
         )
+
+    seen_ids: set[str] = {agent.id}
+    for index, remote in enumerate(settings.agents):
+        where = f"agents[{index}]"
+        if re.fullmatch(_AGENT_ID_PATTERN, remote.id) is None:
+            raise _bad_value(label, f"{where}.id", remote.id, "must match " + _AGENT_ID_PATTERN)
+        if remote.id in seen_ids:
+            raise _bad_value(
+                label, f"{where}.id", remote.id, "names this agent or another entry already"
+            )
+        seen_ids.add(remote.id)
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", remote.url):
+            raise _bad_value(label, f"{where}.url", remote.url, "must be an http(s) URL")
+        for header in remote.headers:
+            if not re.fullmatch(r"[A-Za-z0-9-]+=[A-Za-z_][A-Za-z0-9_]*", header):
+                raise _bad_value(
+                    label,
+                    f"{where}.headers",
+                    header,
+                    'must be "Header-Name=ENV_VAR" (the value comes from the variable)',
+                )
 
     for index, host in enumerate(settings.push.allow_hosts):
         if not re.fullmatch(r"[A-Za-z0-9.:/\-\[\]]{1,253}", host):

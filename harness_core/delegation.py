@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -35,10 +36,11 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from harness_core.config import RemoteAgentConfig
 from harness_core.payloads import DelegationRequest, DelegationResult, ProtoJSON
 from harness_core.store import TaskStore
 
-__all__ = ["DelegationActivities", "Peers", "token_digest"]
+__all__ = ["DelegationActivities", "Peers", "card_problem", "token_digest"]
 
 log = logging.getLogger("harness.delegation")
 
@@ -60,12 +62,15 @@ class DelegationActivities:
         *,
         store: TaskStore | None = None,
         push_base: Callable[[], str | None] = lambda: None,
+        remote: Callable[[str], RemoteAgentConfig | None] = lambda _: None,
     ) -> None:
         self.agent_id = agent_id
         self.peers = peers
         self.store = store
         # Where other agents may push this agent's delegations' updates (None: nowhere).
         self.push_base = push_base
+        # ``[[agents]]``: how to reach agents served elsewhere (tenant, headers, push or follow).
+        self.remote = remote
         self._cards: dict[str, AgentCard] = {}
 
     def _url(self, target: str) -> str:
@@ -88,7 +93,24 @@ class DelegationActivities:
 
     def _headers(self, request: DelegationRequest) -> dict[str, str]:
         # The identity travels with the call: the remote task belongs to the same participant.
-        return {"X-Participant-Id": request.participant, "A2A-Version": "1.0"}
+        headers = {"X-Participant-Id": request.participant, "A2A-Version": "1.0"}
+        remote = self.remote(request.target)
+        for header in remote.headers if remote is not None else ():
+            name, variable = header.split("=", 1)
+            value = os.environ.get(variable)
+            if not value:
+                raise ApplicationError(
+                    f"the variable {variable} named in the headers of agent {request.target} "
+                    "([[agents]]) is not set",
+                    type="DelegationRefused",
+                    non_retryable=True,
+                )
+            headers[name] = value
+        return headers
+
+    def _tenant(self, target: str) -> str:
+        remote = self.remote(target)
+        return (remote.tenant or "") if remote is not None else ""
 
     async def _send_for_push(
         self, request: DelegationRequest, url: str, message: Message
@@ -96,7 +118,9 @@ class DelegationActivities:
         """Send without waiting, asking the other agent to push its updates to the stand-in;
         None when push is off here, not offered there, or refused (the caller then waits)."""
         base = self.push_base()
-        if base is None or self.store is None:
+        remote = self.remote(request.target)
+        follow = remote is not None and remote.updates == "follow"
+        if base is None or self.store is None or follow:
             return None
         standin = str(activity.info().workflow_id or "")
         token = secrets.token_urlsafe(24)
@@ -117,7 +141,11 @@ class DelegationActivities:
                 events = [
                     event
                     async for event in client.send_message(
-                        SendMessageRequest(message=message, configuration=configuration)
+                        SendMessageRequest(
+                            message=message,
+                            configuration=configuration,
+                            tenant=self._tenant(request.target),
+                        )
                     )
                 ]
             except A2AError as error:
@@ -160,7 +188,11 @@ class DelegationActivities:
             events += [
                 event
                 async for event in client.send_message(
-                    SendMessageRequest(message=message, configuration=SendMessageConfiguration())
+                    SendMessageRequest(
+                        message=message,
+                        configuration=SendMessageConfiguration(),
+                        tenant=self._tenant(request.target),
+                    )
                 )
             ]
             tg.cancel_scope.cancel()
@@ -176,7 +208,9 @@ class DelegationActivities:
         url = self._url(request.target)
         async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
             client = await self._client(http, url)
-            task = await client.get_task(GetTaskRequest(id=task_id))
+            task = await client.get_task(
+                GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
+            )
         return _from_task(request.target, task)
 
     @activity.defn(name="delegate_cancel")
@@ -185,12 +219,26 @@ class DelegationActivities:
         async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
             client = await self._client(http, url)
             try:
-                await client.cancel_task(CancelTaskRequest(id=task_id))
+                await client.cancel_task(
+                    CancelTaskRequest(id=task_id, tenant=self._tenant(request.target))
+                )
             except Exception as error:  # an ended remote task cannot be canceled: fine
                 log.info("canceling task %s of agent %s: %s", task_id, request.target, error)
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.delegate_send, self.delegate_poll, self.delegate_cancel]
+
+
+async def card_problem(url: str) -> str | None:
+    """What is wrong with the agent at ``url`` (None: its card was fetched and is an A2A card)."""
+    try:
+        async with httpx.AsyncClient(timeout=10) as http:
+            card = await A2ACardResolver(http, url).get_agent_card()
+    except Exception as error:  # unreachable, not JSON, not a card: the same to the caller
+        return f"its card could not be fetched ({type(error).__name__})"
+    if not card.supported_interfaces:
+        return "its card names no interface"
+    return None
 
 
 def token_digest(token: str) -> str:

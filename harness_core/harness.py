@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import os
 from collections.abc import AsyncGenerator, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -25,9 +26,9 @@ from harness_core.agents.builtin import agent_from_config, model_loop_from_confi
 from harness_core.agents.modes import LLM_INPUT_MODES, TEXT_MODES
 from harness_core.agents.turn import Agent, AgentFunction
 from harness_core.blobs import BlobStore
-from harness_core.config import Settings
+from harness_core.config import RemoteAgentConfig, Settings
 from harness_core.converter import data_converter
-from harness_core.delegation import DelegationActivities
+from harness_core.delegation import DelegationActivities, card_problem
 from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
 from harness_core.logs import agent_context, install_record_redaction, quiet_client_errors
 from harness_core.model import Model, as_agent
@@ -250,6 +251,7 @@ class Harness:
                                 self.peer_url,
                                 store=store,
                                 push_base=self._push_base,
+                                remote=self.remote,
                             ),
                             push=PushActivities(
                                 self.agent_id,
@@ -275,6 +277,7 @@ class Harness:
                             await sync_heartbeat_schedule(
                                 connection, self.agent_id, queue, settings.heartbeat.interval
                             )
+                            tg.start_soon(self._check_remotes)
                             self._tasks = TaskService(
                                 agent_id=self.agent_id,
                                 queue=queue,
@@ -345,10 +348,47 @@ class Harness:
         return self.public_url.rstrip("/") + "/a2a/push/"
 
     def peer_url(self, agent_id: str) -> str | None:
-        """Where the agent ``agent_id`` of this agent's group is served (its public URL); None
-        when the group has no such agent."""
+        """Where the agent ``agent_id`` is served: an agent of this agent's group (its public
+        URL), else one named in ``[[agents]]``; None when there is no such agent."""
         peer = self.peers.get(agent_id)
-        return peer.public_url if peer is not None else None
+        if peer is not None:
+            return peer.public_url
+        remote = self.remote(agent_id)
+        return remote.url if remote is not None else None
+
+    def remote(self, agent_id: str) -> RemoteAgentConfig | None:
+        """The ``[[agents]]`` entry for ``agent_id``, if there is one."""
+        return next((r for r in self.settings.agents if r.id == agent_id), None)
+
+    async def _check_remotes(self) -> None:
+        """Fetch each ``[[agents]]`` card at start; one that cannot be fetched is a warning,
+        tried again with backoff (delegations to it are tried anyway)."""
+
+        async def check(remote: RemoteAgentConfig) -> None:
+            delay = 1.0
+            warned = False
+            while True:
+                problem = await card_problem(remote.url)
+                if problem is None:
+                    log.info(
+                        "agent %s: remote agent %s is at %s", self.agent_id, remote.id, remote.url
+                    )
+                    return
+                log.log(
+                    logging.DEBUG if warned else logging.WARNING,
+                    "agent %s: remote agent %s (%s): %s; trying again",
+                    self.agent_id,
+                    remote.id,
+                    remote.url,
+                    problem,
+                )
+                warned = True
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 300.0)
+
+        async with anyio.create_task_group() as tg:
+            for remote in self.settings.agents:
+                tg.start_soon(check, remote)
 
     @property
     def temporal_up(self) -> bool:
@@ -391,8 +431,16 @@ class Harness:
 
 
 def _secret_values(settings: Settings) -> list[str]:
-    """The agent's secrets: today the Temporal API key, when one is configured."""
-    if settings.temporal.api_key_env is None:
-        return []
-    key = settings.api_key()
-    return [key] if key else []
+    """The agent's secrets: the Temporal API key, when one is configured, and the values of the
+    headers it sends to other agents (``[[agents]] headers``)."""
+    values: list[str] = []
+    if settings.temporal.api_key_env is not None:
+        key = settings.api_key()
+        if key:
+            values.append(key)
+    for remote in settings.agents:
+        for header in remote.headers:
+            value = os.environ.get(header.split("=", 1)[1], "")
+            if value:
+                values.append(value)
+    return values

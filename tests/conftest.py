@@ -80,7 +80,7 @@ def unique_id(prefix: str = "t") -> str:
 
 
 def agent_settings(
-    base_dir: Path, address: str, agent_id: str | None = None, **sections: dict[str, Any]
+    base_dir: Path, address: str, agent_id: str | None = None, **sections: Any
 ) -> Settings:
     """Settings for a test agent on the session's dev server, listening on a free loopback port."""
     data: dict[str, Any] = {
@@ -90,7 +90,8 @@ def agent_settings(
         "heartbeat": {"interval": "1h"},
     }
     for name, values in sections.items():
-        data[name] = {**data.get(name, {}), **values}
+        # A table merges into the defaults; an array of tables ([[agents]]) is taken as it is.
+        data[name] = {**data.get(name, {}), **values} if isinstance(values, dict) else values
     return settings_from_mapping(data, base_dir=base_dir)
 
 

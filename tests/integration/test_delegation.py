@@ -249,3 +249,62 @@ def test_the_team_survives_a_sigkill_while_d_thinks_and_no_turn_completes_twice(
     )
     assert done == {"a": 2, "b": 2, "c": 1, "d": 1}
     assert started["d"] == 2  # the killed attempt, and the one after the restart
+
+
+@pytest.mark.parametrize("updates", ["push", "follow"])
+async def test_an_agent_named_in_agents_is_reached_at_its_url_with_the_configured_headers(
+    tmp_path, temporal_address, monkeypatch, updates
+):
+    """Given a partner agent served by another group (another server), named in a's
+    ``[[agents]]`` with a header from an environment variable, when a delegates to it, then the
+    answer returns; a partner whose header variable is unset is a clear failed delegation."""
+    monkeypatch.setenv("PARTNER_KEY", "k-123")
+    seen: list[str | None] = []
+
+    async def partner(ctx: TurnContext) -> TurnResult:
+        seen.append(ctx.new_messages[-1].sender)
+        return Complete("partner says hi")
+
+    async def a(ctx: TurnContext) -> TurnResult:
+        if ctx.number == 1:
+            return Delegate([Delegation("partner", "hello"), Delegation("locked", "hello")])
+        return Complete(" | ".join(sorted(m.text for m in ctx.new_messages)))
+
+    far = Harness(
+        agent_settings(tmp_path / "far", temporal_address, push={"allow_hosts": ["127.0.0.1"]}),
+        agent=partner,
+    )
+    async with serving(far) as far_url:
+        near = Harness(
+            agent_settings(
+                tmp_path / "near",
+                temporal_address,
+                push={"allow_hosts": ["127.0.0.1"]},
+                agents=[
+                    {
+                        "id": "partner",
+                        "url": far_url,
+                        "updates": updates,
+                        "headers": ["X-Partner-Key=PARTNER_KEY"],
+                    },
+                    {"id": "locked", "url": far_url, "headers": ["X-Key=NOT_SET_ANYWHERE"]},
+                ],
+            ),
+            agent=a,
+        )
+        async with (
+            serving(near) as near_url,
+            a2a_client(near_url, streaming=False, headers={"X-Participant-Id": "bob"}) as client,
+        ):
+            [event] = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("ask the partner"))
+                )
+            ]
+    assert event.task.status.state == TaskState.TASK_STATE_COMPLETED
+    text = event.task.status.message.parts[0].text
+    assert "partner says hi" in text
+    assert "the delegation to locked failed" in text
+    assert "NOT_SET_ANYWHERE" in text and "k-123" not in text
+    assert seen == ["bob"]
