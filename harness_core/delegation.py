@@ -229,16 +229,18 @@ class DelegationActivities:
         return [self.delegate_send, self.delegate_poll, self.delegate_cancel]
 
 
-async def card_problem(url: str) -> str | None:
-    """What is wrong with the agent at ``url`` (None: its card was fetched and is an A2A card)."""
+async def card_problem(url: str) -> tuple[str | None, str]:
+    """What is wrong with the agent at ``url`` (None: its card was fetched and is an A2A card),
+    and what its card says of it (name, description, skills) for the model."""
     try:
         async with httpx.AsyncClient(timeout=10) as http:
             card = await A2ACardResolver(http, url).get_agent_card()
     except Exception as error:  # unreachable, not JSON, not a card: the same to the caller
-        return f"its card could not be fetched ({type(error).__name__})"
+        return f"its card could not be fetched ({type(error).__name__})", ""
     if not card.supported_interfaces:
-        return "its card names no interface"
-    return None
+        return "its card names no interface", ""
+    skills = "; ".join(f"{s.name}: {s.description}" for s in card.skills)
+    return None, f"{card.name}: {card.description}" + (f" Skills: {skills}" if skills else "")
 
 
 def token_digest(token: str) -> str:

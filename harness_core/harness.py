@@ -114,6 +114,8 @@ class Harness:
             as_agent(chosen) if chosen is not None else agent_from_config(settings)
         )
         self.model_loop = model_loop_from_config(settings) if self.agent is None else None
+        if self.model_loop is not None:
+            self.model_loop.delegates = self._delegates
         #: The media types the agent accepts and produces (its card's modes); a message with a
         #: part of another type is refused.
         self.input_modes, self.output_modes = self._modes()
@@ -139,6 +141,8 @@ class Harness:
         self._done: anyio.Event | None = None
         #: The agents of this agent's group, by id (set by the group): delegation targets.
         self.peers: dict[str, Harness] = {self.agent_id: self}
+        # What the cards of [[agents]] say (name, description, skills), once fetched.
+        self._remote_cards: dict[str, str] = {}
         self._app: HarnessApp | None = None
         self._group: Any = None
         self._bound_url: str | None = None
@@ -356,6 +360,19 @@ class Harness:
         remote = self.remote(agent_id)
         return remote.url if remote is not None else None
 
+    def _delegates(self) -> list[tuple[str, str]]:
+        """The agents this one may ask, with what their cards say of them."""
+        found: list[tuple[str, str]] = []
+        for agent_id, peer in self.peers.items():
+            if agent_id != self.agent_id:
+                agent = peer.settings.agent
+                found.append((agent_id, f"{peer.settings.agent_name}: {agent.description or ''}"))
+        for remote in self.settings.agents:
+            found.append(
+                (remote.id, self._remote_cards.get(remote.id, f"an agent at {remote.url}"))
+            )
+        return found
+
     def remote(self, agent_id: str) -> RemoteAgentConfig | None:
         """The ``[[agents]]`` entry for ``agent_id``, if there is one."""
         return next((r for r in self.settings.agents if r.id == agent_id), None)
@@ -368,8 +385,9 @@ class Harness:
             delay = 1.0
             warned = False
             while True:
-                problem = await card_problem(remote.url)
+                problem, summary = await card_problem(remote.url)
                 if problem is None:
+                    self._remote_cards[remote.id] = summary
                     log.info(
                         "agent %s: remote agent %s is at %s", self.agent_id, remote.id, remote.url
                     )

@@ -324,6 +324,8 @@ class ToolCallSpec:
     #: False: one attempt only, even when a worker stop interrupts it.
     idempotent: bool = True
     timeout: float = 60.0
+    #: The call asks another agent (its id): a delegation, not a tool of this agent's.
+    delegate: str = ""
 
 
 @attrs.frozen

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from temporalio import workflow
@@ -759,7 +759,10 @@ class TaskWorkflow:
                 )
             results: list[Any] = []
             for spec in answer.tool_calls:
-                output = await self._tool(start, spec)
+                if spec.delegate:
+                    output = await self._ask(start, spec)
+                else:
+                    output = await self._tool(start, spec)
                 if output is None:
                     return None
                 results.append(
@@ -771,6 +774,57 @@ class TaskWorkflow:
                     }
                 )
             exchange.append({"tool_results": results})
+
+    async def _ask(self, start: TaskStart, spec: ToolCallSpec) -> ToolCallOutput | None:
+        """The model asked another agent (a delegation tool): one stand-in, its answer as the
+        tool's result. None: the task was canceled meanwhile."""
+        try:
+            arguments: Any = json.loads(spec.arguments or "{}")
+            text = (
+                str(cast("ProtoJSON", arguments).get("message", ""))
+                if isinstance(arguments, dict)
+                else ""
+            )
+        except ValueError:
+            text = ""
+        if not text:
+            return ToolCallOutput(f"{spec.name} needs a message to send", failed=True)
+        participant = self._participants[0] if self._participants else f"agent:{start.agent_id}"
+        request = DelegationRequest(
+            agent_id=start.agent_id,
+            parent_task_id=start.task_id,
+            target=spec.delegate,
+            message={
+                "messageId": f"{start.task_id}:{self._turns}:{spec.call_id}",
+                "role": "ROLE_USER",
+                "parts": [{"text": text}],
+            },
+            participant=participant,
+        )
+        handle = await workflow.start_child_workflow(
+            DelegationWorkflow.run,
+            request,
+            id=f"{start.task_id}:delegate:{self._turns}:{spec.call_id}",
+            task_queue=workflow.info().task_queue,
+        )
+        await workflow.wait_condition(lambda: handle.done() or self._cancel_requested)
+        if not handle.done():
+            handle.cancel()
+            with contextlib.suppress(BaseException):
+                await handle
+            return None
+        try:
+            result = handle.result()
+        except BaseException:  # a failed stand-in is a failed tool call
+            return ToolCallOutput(f"the agent {spec.delegate} could not be asked", failed=True)
+        if result.error:
+            return ToolCallOutput(f"the agent {spec.delegate} failed: {result.error}", failed=True)
+        texts = [str(p.get("text", "")) for p in result.parts if "text" in p]
+        for artifact in result.artifacts:
+            artifact_parts: list[ProtoJSON] = list(artifact.get("parts") or [])
+            texts.extend(str(p.get("text", "")) for p in artifact_parts if "text" in p)
+        state = result.state.removeprefix("TASK_STATE_").lower()
+        return ToolCallOutput(f"({spec.delegate} {state}) " + "\n".join(texts))
 
     async def _tool(self, start: TaskStart, spec: ToolCallSpec) -> ToolCallOutput | None:
         call = ToolCallInput(

@@ -12,7 +12,8 @@ provider's text.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
@@ -76,6 +77,33 @@ class ModelLoop:
         self._system = system
         loaded = [load_tool(spec) for spec in tools]
         self._tools: dict[str, LoadedTool] = {tool.name: tool for tool in loaded}
+        #: The agents this one may ask, as (id, description) (set by its harness): each is
+        #: offered to the model as a tool ``ask_<id>`` that delegates over A2A.
+        self.delegates: Callable[[], list[tuple[str, str]]] = list
+
+    def _delegation_tools(self) -> dict[str, tuple[str, Any]]:
+        """Tool name -> (agent id, tool definition) for every agent this one may ask."""
+        from pydantic_ai.tools import ToolDefinition
+
+        tools: dict[str, tuple[str, Any]] = {}
+        for agent_id, description in self.delegates():
+            name = "ask_" + re.sub(r"[^A-Za-z0-9_]", "_", agent_id)
+            tools[name] = (
+                agent_id,
+                ToolDefinition(
+                    name=name,
+                    description=f"Ask the agent {agent_id} (another A2A agent) and get its "
+                    f"answer. {description}",
+                    parameters_json_schema={
+                        "type": "object",
+                        "properties": {
+                            "message": {"type": "string", "description": "what to ask it"}
+                        },
+                        "required": ["message"],
+                    },
+                ),
+            )
+        return tools
 
     async def aclose(self) -> None:
         await self._llm.close_model(self._model)
@@ -102,7 +130,15 @@ class ModelLoop:
                 )
             else:
                 messages.extend(llm.load_messages([_restore(item, ctx.blobs)]))
-        tools = [] if step.final else [tool.definition for tool in self._tools.values()]
+        delegations = self._delegation_tools()
+        tools = (
+            []
+            if step.final
+            else [
+                *(tool.definition for tool in self._tools.values()),
+                *(definition for _, definition in delegations.values()),
+            ]
+        )
         try:
             response = await llm.request(self._model, messages, tools, on_text_delta=ctx.delta)
         except llm.ModelCallError as error:
@@ -119,8 +155,10 @@ class ModelLoop:
         specs: list[ToolCallSpec] = []
         for call in calls:
             tool = self._tools.get(call.name)
+            target = delegations.get(call.name)
             specs.append(
                 ToolCallSpec(
+                    delegate=target[0] if target is not None and tool is None else "",
                     call_id=call.tool_call_id,
                     name=call.name,
                     arguments=call.args_json,

@@ -308,3 +308,58 @@ async def test_an_agent_named_in_agents_is_reached_at_its_url_with_the_configure
     assert "the delegation to locked failed" in text
     assert "NOT_SET_ANYWHERE" in text and "k-123" not in text
     assert seen == ["bob"]
+
+
+async def test_the_model_asks_another_agent_through_a_tool(tmp_path, temporal_address, monkeypatch):
+    """Given an LLM agent (a scripted OpenAI-compatible server) in a group with agent b, when the
+    model calls the tool ``ask_<b>`` offered to it, then b answers over A2A, the model hears b's
+    answer as the tool's result, and answers with it."""
+    from tests.fakes.model_servers import serve_fake_openai, text_reply, tool_call_reply
+
+    monkeypatch.setenv("HARNESS_TEST_MODEL_KEY", "sk-test")
+    b_id = unique_id("b")
+
+    async def b(ctx: TurnContext) -> TurnResult:
+        return Complete(f"b says blue to {ctx.new_messages[-1].text!r}")
+
+    with serve_fake_openai() as server:
+        tool = "ask_" + b_id.replace("-", "_")
+        server.push(tool_call_reply(tool, {"message": "which colour?"}), text_reply("It is blue."))
+        llm = Harness(
+            agent_settings(
+                tmp_path / "llm",
+                temporal_address,
+                model={
+                    "kind": "openai",
+                    "name": "test-model",
+                    "base_url": server.base_url,
+                    "api_key_env": "HARNESS_TEST_MODEL_KEY",
+                },
+            ),
+            prefix="/agents/llm",
+        )
+        helper = Harness(
+            agent_settings(
+                tmp_path / "b", temporal_address, b_id, agent={"description": "knows colours"}
+            ),
+            agent=b,
+            prefix=f"/agents/{b_id}",
+        )
+        async with (
+            serving(llm, helper) as url,
+            a2a_client(f"{url}/agents/llm", streaming=False) as client,
+        ):
+            [event] = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("what colour is it?"))
+                )
+            ]
+        first, second = server.requests[0].body, server.requests[1].body
+    assert event.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert event.task.status.message.parts[0].text == "It is blue."
+    offered = [t["function"] for t in first["tools"]]
+    assert [t["name"] for t in offered] == [tool]
+    assert "knows colours" in offered[0]["description"]
+    results = [m for m in second["messages"] if m.get("role") == "tool"]
+    assert results and "b says blue to 'which colour?'" in results[0]["content"]
