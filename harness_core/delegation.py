@@ -37,6 +37,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from harness_core.config import RemoteAgentConfig
+from harness_core.payloads import SETTLED_STATES as _SETTLED
 from harness_core.payloads import DelegationRequest, DelegationResult, ProtoJSON
 from harness_core.store import TaskStore
 
@@ -46,10 +47,6 @@ log = logging.getLogger("harness.delegation")
 
 #: Resolves an agent id to the base URL of its A2A endpoint (None: no such agent).
 Peers = Callable[[str], "str | None"]
-
-# A blocking send waits for the other agent's turn; the activity heartbeats meanwhile.
-_SEND_TIMEOUT = 300.0
-_HEARTBEAT_EVERY = 2.0
 
 
 class DelegationActivities:
@@ -165,43 +162,50 @@ class DelegationActivities:
 
     @activity.defn(name="delegate_send")
     async def delegate_send(self, request: DelegationRequest) -> DelegationResult:
-        """Send the message: for pushes to the stand-in when the other agent offers them, else
-        waiting for the other agent to settle (heartbeating)."""
+        """Send the message without waiting for the answer: for pushes to the stand-in when the
+        other agent offers them, else to be followed (``delegate_wait``)."""
         url = self._url(request.target)
         message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
         pushed = await self._send_for_push(request, url, message)
         if pushed is not None:
             return pushed
-        events: list[Any] = []
-        async with (
-            httpx.AsyncClient(timeout=_SEND_TIMEOUT, headers=self._headers(request)) as http,
-            anyio.create_task_group() as tg,
-        ):
-
-            async def beat() -> None:
-                while True:
-                    activity.heartbeat()
-                    await anyio.sleep(_HEARTBEAT_EVERY)
-
-            tg.start_soon(beat)
+        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
             client = await self._client(http, url)
-            events += [
+            events = [
                 event
                 async for event in client.send_message(
                     SendMessageRequest(
                         message=message,
-                        configuration=SendMessageConfiguration(),
+                        configuration=SendMessageConfiguration(return_immediately=True),
                         tenant=self._tenant(request.target),
                     )
                 )
             ]
-            tg.cancel_scope.cancel()
         if not events:
             raise ApplicationError(f"agent {request.target} answered nothing")
         last = events[-1]
         if last.HasField("message"):
             return _from_message(request.target, last.message)
         return _from_task(request.target, last.task)
+
+    @activity.defn(name="delegate_wait")
+    async def delegate_wait(self, request: DelegationRequest, task_id: str) -> DelegationResult:
+        """Follow the other agent's task until it settles: GetTask every 0.1 s at first, backing
+        off to 2 s, heartbeating (a worker that dies is noticed, and the wait picks up again)."""
+        url = self._url(request.target)
+        delay = 0.1
+        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
+            client = await self._client(http, url)
+            while True:
+                activity.heartbeat()
+                task = await client.get_task(
+                    GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
+                )
+                result = _from_task(request.target, task)
+                if result.state in _SETTLED:
+                    return result
+                await anyio.sleep(delay)
+                delay = min(delay * 1.5, 2.0)
 
     @activity.defn(name="delegate_poll")
     async def delegate_poll(self, request: DelegationRequest, task_id: str) -> DelegationResult:
@@ -226,7 +230,7 @@ class DelegationActivities:
                 log.info("canceling task %s of agent %s: %s", task_id, request.target, error)
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.delegate_send, self.delegate_poll, self.delegate_cancel]
+        return [self.delegate_send, self.delegate_wait, self.delegate_poll, self.delegate_cancel]
 
 
 async def card_problem(url: str) -> tuple[str | None, str]:

@@ -80,6 +80,7 @@ STORE_RECORD = "store_record"
 HEARTBEAT = "heartbeat"
 DELEGATE_SEND = "delegate_send"
 DELEGATE_POLL = "delegate_poll"
+DELEGATE_WAIT = "delegate_wait"
 DELEGATE_CANCEL = "delegate_cancel"
 PUSH = "push_deliver"
 # How long an ending task (or a run about to continue as new) waits for its pushes to go out.
@@ -1127,8 +1128,7 @@ class DelegationWorkflow:
                 DELEGATE_SEND,
                 request,
                 result_type=DelegationResult,
-                start_to_close_timeout=timedelta(minutes=10),
-                heartbeat_timeout=_HEARTBEAT_TIMEOUT,
+                start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=retry,
             )
             remote_task_id = result.remote_task_id
@@ -1149,35 +1149,40 @@ class DelegationWorkflow:
                     retry_policy=retry,
                 )
                 result = attrs.evolve(polled, pushed=True)
-            delay = 1.0
-            while result.state not in SETTLED_STATES:
-                await workflow.sleep(timedelta(seconds=delay))
-                delay = min(delay * 2, 30.0)
+            if result.state not in SETTLED_STATES:
+                # Followed: an activity that reads the task until it settles, heartbeating.
                 result = await workflow.execute_activity(
-                    DELEGATE_POLL,
-                    args=[request, result.remote_task_id],
+                    DELEGATE_WAIT,
+                    args=[request, remote_task_id],
                     result_type=DelegationResult,
-                    start_to_close_timeout=timedelta(seconds=60),
+                    start_to_close_timeout=timedelta(days=1),
+                    heartbeat_timeout=_HEARTBEAT_TIMEOUT,
                     retry_policy=retry,
                 )
             return result
         except ActivityError as error:
             cause = error.__cause__
-            why = (
-                cause.message if isinstance(cause, ApplicationError) else "it could not be reached"
-            )
-            return DelegationResult(
-                target=request.target, remote_task_id="", state="", error=str(why)
-            )
-        except asyncio.CancelledError:
-            if remote_task_id:
-                await workflow.execute_activity(
-                    DELEGATE_CANCEL,
-                    args=[request, remote_task_id],
-                    start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=RetryPolicy(maximum_attempts=3),
+            if not isinstance(cause, CancelledError):
+                why = cause.message if isinstance(cause, ApplicationError) else "unreachable"
+                return DelegationResult(
+                    target=request.target, remote_task_id="", state="", error=str(why)
                 )
+            await self._cancel_remote(request, remote_task_id)
             raise
+        except asyncio.CancelledError:
+            await self._cancel_remote(request, remote_task_id)
+            raise
+
+    async def _cancel_remote(self, request: DelegationRequest, remote_task_id: str) -> None:
+        """The delegating task was canceled: cancel the other agent's task too."""
+        if not remote_task_id:
+            return
+        await workflow.execute_activity(
+            DELEGATE_CANCEL,
+            args=[request, remote_task_id],
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
 
 
 @workflow.defn(name="HeartbeatWorkflow")

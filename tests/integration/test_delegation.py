@@ -17,12 +17,29 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
-from a2a.types import SendMessageRequest, Task, TaskState
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    Task,
+    TaskState,
+)
 from google.protobuf.json_format import MessageToDict
 
-from harness_core import Complete, Delegate, Delegation, Harness, RouteOptions, TurnContext
+from harness_core import (
+    Complete,
+    Delegate,
+    Delegation,
+    Gate,
+    Harness,
+    RouteOptions,
+    TurnContext,
+)
 from harness_core.agents.turn import TurnResult
 from tests.conftest import (
     a2a_client,
@@ -363,3 +380,56 @@ async def test_the_model_asks_another_agent_through_a_tool(tmp_path, temporal_ad
     assert "knows colours" in offered[0]["description"]
     results = [m for m in second["messages"] if m.get("role") == "tool"]
     assert results and "b says blue to 'which colour?'" in results[0]["content"]
+
+
+async def test_canceling_the_delegating_task_cancels_the_remote_task(tmp_path, temporal_address):
+    """Given a delegating to d, whose turn is held, when a's participant cancels a's task, then
+    a's task is CANCELED and so, through its stand-in, is d's task."""
+    gate = Gate()
+    a_id, d_id = unique_id("a"), unique_id("d")
+
+    async def a(ctx: TurnContext) -> TurnResult:
+        return Delegate(Delegation(d_id, "take forever"))
+
+    async def d(ctx: TurnContext) -> TurnResult:
+        await gate.pass_through()
+        return Complete("never")
+
+    harnesses = [
+        Harness(
+            agent_settings(tmp_path / "a", temporal_address, a_id),
+            agent=a,
+            prefix=f"/agents/{a_id}",
+        ),
+        Harness(
+            agent_settings(tmp_path / "d", temporal_address, d_id),
+            agent=d,
+            prefix=f"/agents/{d_id}",
+        ),
+    ]
+    headers = {"X-Participant-Id": "carol"}
+    async with (
+        serving(*harnesses) as url,
+        a2a_client(f"{url}/agents/{a_id}", streaming=False, headers=headers) as client,
+        a2a_client(f"{url}/agents/{d_id}", streaming=False, headers=headers) as at_d,
+    ):
+        [event] = [
+            e
+            async for e in client.send_message(
+                SendMessageRequest(
+                    message=user_message("start"),
+                    configuration=SendMessageConfiguration(return_immediately=True),
+                )
+            )
+        ]
+        await gate.wait_entered()
+        [d_task] = (await at_d.list_tasks(ListTasksRequest())).tasks
+        canceled = await client.cancel_task(CancelTaskRequest(id=event.task.id))
+        with anyio.fail_after(30):
+            while True:
+                remote = await at_d.get_task(GetTaskRequest(id=d_task.id))
+                if remote.status.state == TaskState.TASK_STATE_CANCELED:
+                    break
+                await anyio.sleep(0.1)
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert remote.status.state == TaskState.TASK_STATE_CANCELED
