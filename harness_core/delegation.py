@@ -130,8 +130,9 @@ class DelegationActivities:
                 return None
             configuration = SendMessageConfiguration(
                 return_immediately=True,
+                # One config per stand-in: a retried send replaces it (and its token) there.
                 task_push_notification_config=TaskPushNotificationConfig(
-                    url=base + standin, token=token
+                    id=standin, url=base + standin, token=token
                 ),
             )
             try:

@@ -141,13 +141,26 @@ class PushActivities:
                     credentials = str(auth.get("credentials", ""))
                     headers["Authorization"] = f"{scheme} {credentials}".strip()
                 for body in bodies:
+                    # A worker that dies mid-delivery is noticed by its missing heartbeats.
+                    activity.heartbeat()
                     try:
                         answer = await http.post(url, json=body, headers=headers)
                     except httpx.HTTPError as error:
                         failures.append(f"{config_id}: {type(error).__name__}")
                         break
-                    if not 200 <= answer.status_code < 300:
-                        failures.append(f"{config_id}: HTTP {answer.status_code}")
+                    status = answer.status_code
+                    if 400 <= status < 500 and status not in (408, 425, 429):
+                        # The webhook refuses it (a wrong token, a config it forgot): asking
+                        # again will not help, and must not hold back the other webhooks.
+                        log.warning(
+                            "task %s: push config %s refused with HTTP %d; not retried",
+                            batch.task_id,
+                            config_id,
+                            status,
+                        )
+                        break
+                    if not 200 <= status < 300:
+                        failures.append(f"{config_id}: HTTP {status}")
                         break
         if failures:
             # Retried by the workflow's policy, with backoff; our own words only.

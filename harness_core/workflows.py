@@ -332,6 +332,7 @@ class TaskWorkflow:
                     PUSH,
                     batch,
                     start_to_close_timeout=timedelta(minutes=2),
+                    heartbeat_timeout=_HEARTBEAT_TIMEOUT,
                     retry_policy=RetryPolicy(
                         initial_interval=timedelta(seconds=1),
                         maximum_interval=timedelta(seconds=60),

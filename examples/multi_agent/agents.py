@@ -1,10 +1,11 @@
 """The team of examples/multi_agent: scripted agents whose delegations are decided in code, so the
 example runs the same every time (see the README for a variant on a real model server).
 
-* ``a``, the coordinator, hands the question to ``b`` (research) and ``c`` (design), then answers
-  with both contributions.
+* ``a``, the coordinator, hands the question to ``b`` (research), ``c`` (design) and ``far``, then
+  answers with all three contributions. ``far`` is agent ``e`` reached as an agent served elsewhere
+  would be (``[[agents]]`` in ``a.toml``: its URL, and its updates pushed to ``a``).
 * ``b`` asks ``d`` (the oracle) and reports what it heard.
-* ``c`` and ``d`` answer at once.
+* ``c``, ``d`` and ``e`` answer at once.
 
 Each turn emits a progress update, so a client streaming from ``a`` sees the team at work. Two
 environment variables serve the tests: ``MULTI_AGENT_JOURNAL`` (a file each turn appends
@@ -21,7 +22,7 @@ import anyio
 from harness_core import Complete, Delegate, Delegation, TurnContext
 from harness_core.agents.turn import TurnResult
 
-__all__ = ["a", "b", "c", "d"]
+__all__ = ["a", "b", "c", "d", "e"]
 
 
 def _journal(agent: str, event: str, ctx: TurnContext) -> None:
@@ -36,13 +37,15 @@ def _journal(agent: str, event: str, ctx: TurnContext) -> None:
 async def _coordinator(ctx: TurnContext) -> TurnResult:
     _journal("a", "start", ctx)
     if ctx.number == 1:
-        await ctx.progress("plan", "a: asking b (research) and c (design)")
+        await ctx.progress("plan", "a: asking b (research), c (design) and far (e)")
+        question = ctx.new_messages[-1].text
         result: TurnResult = Delegate(
             [
-                Delegation("b", f"research: {ctx.new_messages[-1].text}"),
-                Delegation("c", f"design: {ctx.new_messages[-1].text}"),
+                Delegation("b", f"research: {question}"),
+                Delegation("c", f"design: {question}"),
+                Delegation("far", f"from afar: {question}"),
             ],
-            message="a is waiting for b and c",
+            message="a is waiting for b, c and far",
         )
     else:
         await ctx.progress("summary", "a: putting the answers together")
@@ -78,6 +81,13 @@ async def _oracle(ctx: TurnContext) -> TurnResult:
     return Complete("d says 42")
 
 
+async def _far(ctx: TurnContext) -> TurnResult:
+    _journal("e", "start", ctx)
+    await ctx.progress("wave", "e: waving from afar")
+    _journal("e", "done", ctx)
+    return Complete("e waves from afar")
+
+
 def a() -> object:
     return _coordinator
 
@@ -92,3 +102,7 @@ def c() -> object:
 
 def d() -> object:
     return _oracle
+
+
+def e() -> object:
+    return _far

@@ -166,18 +166,19 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
 def test_the_team_survives_a_sigkill_while_d_thinks_and_no_turn_completes_twice(
     tmp_path: Path, backend: str
 ) -> None:
-    """Given examples/multi_agent served by ``harness serve`` (a, b, c, d on one embedded dev
-    server), when a's participant asks a and the host is SIGKILLed while d is mid-turn, then after
+    """Given examples/multi_agent served by ``harness serve`` (a..e on one embedded dev server;
+    e reached by URL with pushes), when a's participant asks a and the host is SIGKILLed while d is mid-turn, then after
     a restart everything completes: a answers with b's (carrying d's) and c's contributions, and
     every agent completed exactly one turn per message it got (d's killed attempt ran again)."""
     example = ROOT / "examples" / "multi_agent"
     configs = []
-    for name in "abcd":
-        text = (example / f"{name}.toml").read_text()
+    port = free_port()
+    for name in "abcde":
+        # The example's port (in bind and in a's [[agents]] URL for e) becomes a free one.
+        text = (example / f"{name}.toml").read_text().replace("127.0.0.1:8000", f"127.0.0.1:{port}")
         (tmp_path / f"{name}.toml").write_text(text)
         configs.append(str(tmp_path / f"{name}.toml"))
     journal = tmp_path / "journal.txt"
-    port = free_port()
 
     def serve(delay: str) -> subprocess.Popen[bytes]:
         env = {
@@ -203,7 +204,7 @@ def test_the_team_survives_a_sigkill_while_d_thinks_and_no_turn_completes_twice(
             env=env,
         )
         deadline = time.monotonic() + 60
-        while "serving 4 agent(s)" not in (tmp_path / f"serve-{delay}.log").read_text():
+        while "serving 5 agent(s)" not in (tmp_path / f"serve-{delay}.log").read_text():
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)  # another process: its log is the only signal
         return process
@@ -256,7 +257,7 @@ def test_the_team_survives_a_sigkill_while_d_thinks_and_no_turn_completes_twice(
             second.wait()
     assert got["status"]["state"] == "TASK_STATE_COMPLETED", got
     assert got["status"]["message"]["parts"][0]["text"] == (
-        "the team says: b found: d says 42 | c drew it in blue"
+        "the team says: b found: d says 42 | c drew it in blue | e waves from afar"
     )
     done = collections.Counter(
         line.split()[0] for line in journal.read_text().splitlines() if line.split()[1] == "done"
@@ -264,7 +265,7 @@ def test_the_team_survives_a_sigkill_while_d_thinks_and_no_turn_completes_twice(
     started = collections.Counter(
         line.split()[0] for line in journal.read_text().splitlines() if line.split()[1] == "start"
     )
-    assert done == {"a": 2, "b": 2, "c": 1, "d": 1}
+    assert done == {"a": 2, "b": 2, "c": 1, "d": 1, "e": 1}
     assert started["d"] == 2  # the killed attempt, and the one after the restart
 
 
