@@ -17,6 +17,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Generator
+from functools import partial
 from typing import Any, Literal, cast
 
 import anyio
@@ -506,7 +507,12 @@ class HarnessRequestHandler(RequestHandler):
         """The config as ProtoJSON, once its URL passed the SSRF guard."""
         body: ProtoJSON = MessageToDict(config)
         problem = await anyio.to_thread.run_sync(
-            webhook_problem, config.url, self._harness.settings.push.allow_hosts
+            partial(
+                webhook_problem,
+                config.url,
+                self._harness.settings.push.allow_hosts,
+                resolve=False,
+            )
         )
         if problem is not None:
             raise InvalidParamsError(message=f"the webhook URL is refused: {problem}")
@@ -561,12 +567,9 @@ class HarnessRequestHandler(RequestHandler):
     ) -> None:
         self._push_allowed(context)
         with _a2a_errors("DeleteTaskPushNotificationConfig"):
-            deleted = await self._harness.tasks.delete_push_config(
+            # Idempotent: deleting a config that is not there (any more) is no error.
+            await self._harness.tasks.delete_push_config(
                 params.task_id, params.id, _reader(context)
-            )
-        if not deleted:
-            raise InvalidParamsError(
-                message=f"task {params.task_id} has no push notification config {params.id}"
             )
 
     async def on_get_extended_agent_card(

@@ -46,6 +46,14 @@ def _allowed(host: str, addresses: Sequence[Address], allow: Sequence[str]) -> b
     return False
 
 
+def _looks_like_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 def _public(address: Address) -> bool:
     return not (
         address.is_loopback
@@ -57,9 +65,10 @@ def _public(address: Address) -> bool:
     )
 
 
-def webhook_problem(url: str, allow: Sequence[str]) -> str | None:
+def webhook_problem(url: str, allow: Sequence[str], *, resolve: bool = True) -> str | None:
     """What is wrong with ``url`` as a webhook (None: nothing). Resolves its host: call it in a
-    worker thread."""
+    worker thread. With ``resolve`` False (a config being created), a host that does not resolve
+    (yet) is accepted: every delivery checks again, and refuses it then."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -71,6 +80,8 @@ def webhook_problem(url: str, allow: Sequence[str]) -> str | None:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, ValueError):
+        if not resolve and not _looks_like_address(host):
+            return None
         return f"its host {host} does not resolve"
     addresses: list[Address] = []
     for info in infos:
