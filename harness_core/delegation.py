@@ -194,7 +194,7 @@ class DelegationActivities:
         """Follow the other agent's task until it settles: GetTask every 0.1 s at first, backing
         off to 2 s, heartbeating (a worker that dies is noticed, and the wait picks up again)."""
         url = self._url(request.target)
-        delay = 0.1
+        delay = 0.02
         async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
             client = await self._client(http, url)
             while True:

@@ -948,7 +948,8 @@ class TaskWorkflow:
             Inbound(
                 message=message,
                 participant=sender,
-                wait=False,
+                # Taken by the next turn at once (as a local activity when the task allows it).
+                wait=True,
                 agent_id=start.agent_id,
                 size=_json_size(message),
             )
@@ -1125,7 +1126,8 @@ class DelegationWorkflow:
         )
         remote_task_id = ""
         try:
-            result: DelegationResult = await workflow.execute_activity(
+            # Short calls run as local activities: no round trip through the task queue.
+            result: DelegationResult = await workflow.execute_local_activity(
                 DELEGATE_SEND,
                 request,
                 result_type=DelegationResult,
@@ -1142,7 +1144,7 @@ class DelegationWorkflow:
                         timeout=timedelta(seconds=silence),
                     )
                 silence = min(silence * 2, 600.0)
-                polled = await workflow.execute_activity(
+                polled = await workflow.execute_local_activity(
                     DELEGATE_POLL,
                     args=[request, remote_task_id],
                     result_type=DelegationResult,
@@ -1161,8 +1163,9 @@ class DelegationWorkflow:
                     retry_policy=retry,
                 )
             return result
-        except ActivityError as error:
-            cause = error.__cause__
+        except (ActivityError, ApplicationError) as error:
+            # A local activity's failure arrives as the ApplicationError itself.
+            cause = error.__cause__ if isinstance(error, ActivityError) else error
             if not isinstance(cause, CancelledError):
                 why = cause.message if isinstance(cause, ApplicationError) else "unreachable"
                 return DelegationResult(
