@@ -30,9 +30,12 @@ pytestmark = pytest.mark.anyio
 EXAMPLES = Path(__file__).parents[2] / "examples" / "mounting"
 
 
-def copy_example(tmp_path: Path, temporal_address: str, port: int) -> Path:
-    target = tmp_path / "mounting"
-    shutil.copytree(EXAMPLES, target, ignore=shutil.ignore_patterns(".harness", "__pycache__"))
+def copy_example(tmp_path: Path, temporal_address: str, port: int, name: str = "mounting") -> Path:
+    """A copy of ``examples/<name>`` on a free port and the session's dev server."""
+    target = tmp_path / name
+    shutil.copytree(
+        EXAMPLES.parent / name, target, ignore=shutil.ignore_patterns(".harness", "__pycache__")
+    )
     for config in target.glob("*.toml"):
         text = config.read_text().replace("127.0.0.1:8000", f"127.0.0.1:{port}")
         text += f'\n[temporal]\nmode = "remote"\naddress = "{temporal_address}"\n'
@@ -146,3 +149,20 @@ async def test_the_tools_agent_example_answers_with_its_tool_through_a_model_ser
     assert task.status.message.parts[0].text == "It shipped on Monday."
     assert "shipped on Monday" in str(second["messages"])
     assert "Use lookup_order" in str(server.requests[0].body["messages"])
+
+
+async def test_the_multi_agent_example_app_serves_the_team_under_hypercorn(
+    tmp_path: Path, temporal_address: str, anyio_backend: str
+):
+    """Given examples/multi_agent's Starlette app under the real hypercorn command, when a is
+    asked, then the team answers through delegations (e by URL, with pushes)."""
+    port = free_port()
+    copy_example(tmp_path, temporal_address, port, "multi_agent")
+    with hypercorn(tmp_path, "multi_agent.app:app", port, anyio_backend) as url:
+        home = await get_json(f"{url}/")
+        async with a2a_client(f"{url}/agents/a", streaming=False) as client:
+            task = await send_blocking(client, user_message("how do we build it?"))
+    assert home == {"agents": {name: f"{url}/agents/{name}" for name in "abcde"}}
+    assert task.status.message.parts[0].text == (
+        "the team says: b found: d says 42 | c drew it in blue | e waves from afar"
+    )
