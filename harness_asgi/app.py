@@ -88,6 +88,8 @@ class HarnessRoutes:
 
     card: list[BaseRoute]
     monitor: list[BaseRoute]
+    #: ``POST /a2a/push/{standin}``: other agents' pushes for this agent's delegations.
+    push: list[BaseRoute]
     ui: list[BaseRoute]
     jsonrpc: list[BaseRoute]
     rest: list[BaseRoute]
@@ -95,7 +97,14 @@ class HarnessRoutes:
     def ordered(self) -> list[BaseRoute]:
         """The card, the harness's own routes, JSON-RPC; last, the SDK's REST routes, which
         capture every path under /{tenant}."""
-        return [*self.card, *self.monitor, *self.ui, *self.jsonrpc, Mount("", routes=self.rest)]
+        return [
+            *self.card,
+            *self.monitor,
+            *self.push,
+            *self.ui,
+            *self.jsonrpc,
+            Mount("", routes=self.rest),
+        ]
 
 
 def build_routes(harness: Harness) -> HarnessRoutes:
@@ -110,9 +119,7 @@ def build_routes(harness: Harness) -> HarnessRoutes:
             card = build_agent_card(harness)
         return card
 
-    monitor: list[BaseRoute] = [
-        Route("/a2a/push/{standin}", _push_endpoint(harness), methods=["POST"])
-    ]
+    monitor: list[BaseRoute] = []
     if harness.routes.monitor:
         monitor.append(Route("/_monitor", _monitor_endpoint(harness), methods=["GET"]))
     ui: list[BaseRoute] = []
@@ -131,6 +138,7 @@ def build_routes(harness: Harness) -> HarnessRoutes:
             )
         ],
         monitor=monitor,
+        push=[Route("/a2a/push/{standin}", _push_endpoint(harness), methods=["POST"])],
         ui=ui,
         jsonrpc=jsonrpc,
         rest=rest,

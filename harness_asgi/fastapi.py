@@ -84,19 +84,21 @@ def harness_router(harness: Harness, *, tags: Sequence[str] | None = None) -> AP
                 summary=route.summary,
                 description=route.description,
             )
-    for route in routes.monitor:
-        if isinstance(route, Route):
-            push = route.path.startswith("/a2a/push/")
-            router.add_api_route(
-                route.path,
-                route.endpoint,
-                methods=["POST"] if push else ["GET"],
-                tags=route_tags,
-                summary="Another agent's push for a delegation"
-                if push
-                else "The agent's state and its running tasks",
-                openapi_extra=_with_parameters(route.path, ["POST"] if push else ["GET"], None),
-            )
+    own = [
+        (routes.monitor, "GET", "The agent's state and its running tasks"),
+        (routes.push, "POST", "Another agent's push for a delegation"),
+    ]
+    for group, method, summary in own:
+        for route in group:
+            if isinstance(route, Route):
+                router.add_api_route(
+                    route.path,
+                    route.endpoint,
+                    methods=[method],
+                    tags=route_tags,
+                    summary=summary,
+                    openapi_extra=_with_parameters(route.path, [method], None),
+                )
     return router
 
 

@@ -205,21 +205,26 @@ class TaskService:
         if task_id in self._owned:
             self._owned.move_to_end(task_id)
             return True
+        owner = await self._runs_here(task_id, "TaskWorkflow")
+        if owner:
+            self._own(task_id)
+        return owner
+
+    async def _runs_here(self, workflow_id: str, workflow_type: str) -> bool | None:
+        """True when ``workflow_id`` is a ``workflow_type`` on this agent's queue, False when it is
+        something else, None when there is no such workflow."""
 
         async def describe(client: Client) -> tuple[str, str]:
-            info = await client.get_workflow_handle(task_id).describe()
+            info = await client.get_workflow_handle(workflow_id).describe()
             return info.task_queue, info.workflow_type
 
         try:
-            queue, workflow_type = await self._call(describe)
+            queue, kind = await self._call(describe)
         except RPCError as exc:
             if _not_found(exc) or exc.status == RPCStatusCode.INVALID_ARGUMENT:
                 return None
             raise
-        if queue != self.queue or workflow_type != "TaskWorkflow":
-            return False
-        self._own(task_id)
-        return True
+        return queue == self.queue and kind == workflow_type
 
     # -- send -------------------------------------------------------------------------------------
 
@@ -471,15 +476,10 @@ class TaskService:
         if digest is None or not hmac.compare_digest(digest, offered):
             return False
 
-        async def describe(client: Client) -> tuple[str, str]:
-            info = await client.get_workflow_handle(standin_id).describe()
-            return info.task_queue, info.workflow_type
-
         try:
-            queue, kind = await self._call(describe)
+            if not await self._runs_here(standin_id, "DelegationWorkflow"):
+                return False
         except RPCError:
-            return False
-        if queue != self.queue or kind != "DelegationWorkflow":
             return False
         update = cast("ProtoJSON", body.get("statusUpdate") or body.get("task") or {})
         state = str(cast("ProtoJSON", update.get("status") or {}).get("state", ""))

@@ -20,6 +20,10 @@ its state, so history grows linearly with the conversation. When the task ends, 
 with the task's summary.
 
 Workflow code must be deterministic: time comes from ``workflow.now()``, and nothing here does I/O.
+``asyncio`` here is Temporal's own deterministic workflow loop, the same whichever backend the host
+runs (the host's side goes through ``harness_core.bridge``): temporalio's workflow API is asyncio's
+(a task for the pusher, ``CancelledError`` for a canceled stand-in, ``TimeoutError`` for a timed
+``wait_condition``).
 Changes go behind ``workflow.patched`` (``docs/workflows.md``); ``tests/replay`` replays recorded
 histories.
 """
@@ -158,6 +162,14 @@ def _failure_type(error: BaseException) -> str:
 def _retryable(error: BaseException) -> bool:
     cause = error.__cause__ if isinstance(error, ActivityError) else error
     return not (isinstance(cause, ApplicationError) and cause.non_retryable)
+
+
+def _answer_parts(result: DelegationResult) -> list[ProtoJSON]:
+    """Another agent's answer: its final message's parts, then its artifacts'."""
+    parts: list[ProtoJSON] = list(result.parts)
+    for artifact in result.artifacts:
+        parts.extend(cast("list[ProtoJSON]", artifact.get("parts") or []))
+    return parts
 
 
 def _text_message(text: str) -> tuple[ProtoJSON, ...]:
@@ -791,40 +803,16 @@ class TaskWorkflow:
             text = ""
         if not text:
             return ToolCallOutput(f"{spec.name} needs a message to send", failed=True)
-        participant = self._participants[0] if self._participants else f"agent:{start.agent_id}"
-        request = DelegationRequest(
-            agent_id=start.agent_id,
-            parent_task_id=start.task_id,
-            target=spec.delegate,
-            message={
-                "messageId": f"{start.task_id}:{self._turns}:{spec.call_id}",
-                "role": "ROLE_USER",
-                "parts": [{"text": text}],
-            },
-            participant=participant,
-        )
-        handle = await workflow.start_child_workflow(
-            DelegationWorkflow.run,
-            request,
-            id=f"{start.task_id}:delegate:{self._turns}:{spec.call_id}",
-            task_queue=workflow.info().task_queue,
-        )
-        await workflow.wait_condition(lambda: handle.done() or self._cancel_requested)
-        if not handle.done():
-            handle.cancel()
-            with contextlib.suppress(BaseException):
-                await handle
+        message: ProtoJSON = {"role": "ROLE_USER", "parts": [{"text": text}]}
+        results = await self._stand_ins(start, [(spec.call_id, spec.delegate, message)])
+        if results is None:
             return None
-        try:
-            result = handle.result()
-        except BaseException:  # a failed stand-in is a failed tool call
+        [result] = results
+        if result is None:  # a failed stand-in is a failed tool call
             return ToolCallOutput(f"the agent {spec.delegate} could not be asked", failed=True)
         if result.error:
             return ToolCallOutput(f"the agent {spec.delegate} failed: {result.error}", failed=True)
-        texts = [str(p.get("text", "")) for p in result.parts if "text" in p]
-        for artifact in result.artifacts:
-            artifact_parts: list[ProtoJSON] = list(artifact.get("parts") or [])
-            texts.extend(str(p.get("text", "")) for p in artifact_parts if "text" in p)
+        texts = [str(p.get("text", "")) for p in _answer_parts(result) if "text" in p]
         state = result.state.removeprefix("TASK_STATE_").lower()
         return ToolCallOutput(f"({spec.delegate} {state}) " + "\n".join(texts))
 
@@ -866,27 +854,46 @@ class TaskWorkflow:
             self._emit_status(
                 "TASK_STATE_WORKING", self._agent_message(f"delegating:{number}", outcome.message)
             )
-        participant = self._participants[0] if self._participants else f"agent:{start.agent_id}"
-        handles: list[workflow.ChildWorkflowHandle[Any, DelegationResult]] = []
+        sends: list[tuple[str, str, ProtoJSON]] = []
         for index, spec in enumerate(outcome.delegations, start=1):
-            message: ProtoJSON = {
-                "messageId": f"{start.task_id}:{number}:{index}",
-                "role": "ROLE_USER",
-                "parts": list(spec.parts),
-            }
+            message: ProtoJSON = {"role": "ROLE_USER", "parts": list(spec.parts)}
             if spec.task_id:
                 message["taskId"] = spec.task_id
+            sends.append((str(index), spec.target, message))
+        results = await self._stand_ins(start, sends)
+        if results is None:
+            return None
+        for index, (spec, result) in enumerate(zip(outcome.delegations, results, strict=True)):
+            if result is None:  # a failed stand-in is told as a failed delegation
+                result = DelegationResult(
+                    target=spec.target, remote_task_id="", state="", error="the delegation failed"
+                )
+            self._take_answer(start, number, index + 1, result)
+        # Not an answer: the next turn, with the other agents' answers, decides.
+        return TurnOutcome(kind="delegate")
+
+    async def _stand_ins(
+        self, start: TaskStart, sends: list[tuple[str, str, ProtoJSON]]
+    ) -> list[DelegationResult | None] | None:
+        """Start one stand-in child workflow per (key, target, message) of this turn, all at once,
+        and wait for all of them: their results in order (None for a stand-in that failed), or
+        None when the task was canceled meanwhile (the stand-ins, and so the remote tasks, are
+        canceled too). The key names the message and the stand-in within the turn."""
+        number = self._turns
+        participant = self._participants[0] if self._participants else f"agent:{start.agent_id}"
+        handles: list[workflow.ChildWorkflowHandle[Any, DelegationResult]] = []
+        for key, target, message in sends:
             request = DelegationRequest(
                 agent_id=start.agent_id,
                 parent_task_id=start.task_id,
-                target=spec.target,
-                message=message,
+                target=target,
+                message={"messageId": f"{start.task_id}:{number}:{key}", **message},
                 participant=participant,
             )
             handle = await workflow.start_child_workflow(
                 DelegationWorkflow.run,
                 request,
-                id=f"{start.task_id}:delegate:{number}:{index}",
+                id=f"{start.task_id}:delegate:{number}:{key}",
                 task_queue=workflow.info().task_queue,
             )
             handles.append(handle)
@@ -902,16 +909,13 @@ class TaskWorkflow:
                 with contextlib.suppress(BaseException):
                     await handle
             return None
-        for index, (spec, handle) in enumerate(zip(outcome.delegations, handles, strict=True)):
+        results: list[DelegationResult | None] = []
+        for handle in handles:
             try:
-                result = handle.result()
-            except BaseException:  # a failed stand-in is told as a failed delegation
-                result = DelegationResult(
-                    target=spec.target, remote_task_id="", state="", error="the delegation failed"
-                )
-            self._take_answer(start, number, index + 1, result)
-        # Not an answer: the next turn, with the other agents' answers, decides.
-        return TurnOutcome(kind="delegate")
+                results.append(handle.result())
+            except BaseException:
+                results.append(None)
+        return results
 
     def _take_answer(
         self, start: TaskStart, number: int, index: int, result: DelegationResult
@@ -922,10 +926,7 @@ class TaskWorkflow:
                 {"text": f"the delegation to {result.target} failed: {result.error}"}
             ]
         else:
-            parts = [dict(p) for p in result.parts]
-            for artifact in result.artifacts:
-                artifact_parts: list[ProtoJSON] = list(artifact.get("parts") or [])
-                parts.extend(dict(p) for p in artifact_parts)
+            parts = [dict(p) for p in _answer_parts(result)]
         message_id = f"{start.task_id}:answer-of:{number}:{index}"
         message: ProtoJSON = {
             "messageId": message_id,

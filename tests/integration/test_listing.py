@@ -16,7 +16,6 @@ from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
-    SendMessageRequest,
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
@@ -28,13 +27,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from harness_core import Gate, ScriptedModel, TurnOutput
 from harness_core.payloads import Archive, IndexEntry
 from tests.conftest import a2a_client, serving, user_message
+from tests.integration.test_a2a_methods import send_blocking
 
 pytestmark = pytest.mark.anyio
-
-
-async def send_blocking(client, message) -> Task:
-    [event] = [e async for e in client.send_message(SendMessageRequest(message=message))]
-    return event.task
 
 
 async def test_reads_answer_while_a_blocking_turn_holds_its_workflow_task(make_harness):

@@ -13,7 +13,6 @@ import httpx
 import pytest
 from a2a.types import (
     GetTaskRequest,
-    SendMessageRequest,
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
@@ -23,15 +22,11 @@ from a2a.utils.errors import InvalidParamsError
 
 from harness_core import ScriptedModel, TurnOutput
 from tests.conftest import a2a_client, serving, user_message
+from tests.integration.test_a2a_methods import send_blocking
 
 pytestmark = pytest.mark.anyio
 
 HEADERS = {"A2A-Version": "1.0"}
-
-
-async def send_blocking(client, message) -> Task:
-    [event] = [e async for e in client.send_message(SendMessageRequest(message=message))]
-    return event.task
 
 
 def rpc(method: str, params: dict) -> dict:

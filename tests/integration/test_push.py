@@ -41,6 +41,7 @@ class Receiver:
     def __init__(self) -> None:
         self.calls: list[tuple[dict[str, str], dict[str, Any]]] = []
         self.failed = 0
+        self._arrived = anyio.Event()
         self.app = Starlette(routes=[Route("/hook", self.hook, methods=["POST"])])
 
     async def hook(self, request: Request) -> JSONResponse:
@@ -48,7 +49,18 @@ class Receiver:
             self.failed += 1
             return JSONResponse({"error": "not now"}, status_code=503)
         self.calls.append((dict(request.headers), await request.json()))
+        arrived, self._arrived = self._arrived, anyio.Event()
+        arrived.set()
         return JSONResponse({})
+
+    async def wait_for(self, state: str) -> None:
+        """Return once a status update with ``state`` has arrived."""
+        with anyio.fail_after(30):
+            while True:
+                arrived = self._arrived
+                if state in self.states():
+                    return
+                await arrived.wait()
 
     def states(self) -> list[str]:
         return [
@@ -87,9 +99,7 @@ async def test_every_update_reaches_the_webhook_with_its_token_and_auth(make_har
                 )
             ]
             task: Task = event.task
-            with anyio.fail_after(30):
-                while "TASK_STATE_INPUT_REQUIRED" not in receiver.states():
-                    await anyio.sleep(0.05)
+            await receiver.wait_for("TASK_STATE_INPUT_REQUIRED")
             second = await client.create_task_push_notification_config(
                 TaskPushNotificationConfig(task_id=task.id, url=f"{hook_base}/hook", id="second")
             )
@@ -111,9 +121,7 @@ async def test_every_update_reaches_the_webhook_with_its_token_and_auth(make_har
                     SendMessageRequest(message=user_message("the red one", task_id=task.id))
                 )
             ]
-            with anyio.fail_after(30):
-                while "TASK_STATE_COMPLETED" not in receiver.states():
-                    await anyio.sleep(0.05)
+            await receiver.wait_for("TASK_STATE_COMPLETED")
         async with httpx.AsyncClient() as http:
             card = (await http.get(f"{url}/.well-known/agent-card.json")).json()
     assert answered.task.status.state == TaskState.TASK_STATE_COMPLETED

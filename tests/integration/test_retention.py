@@ -11,22 +11,16 @@ import httpx
 import pytest
 from a2a.types import (
     GetTaskRequest,
-    SendMessageRequest,
     SubscribeToTaskRequest,
-    Task,
     TaskState,
 )
 from a2a.utils.errors import TaskNotFoundError
 
 from harness_core import ScriptedModel, TurnOutput
 from tests.conftest import a2a_client, serving, user_message
+from tests.integration.test_a2a_methods import send_blocking
 
 pytestmark = pytest.mark.anyio
-
-
-async def send_blocking(client, message) -> Task:
-    [event] = [e async for e in client.send_message(SendMessageRequest(message=message))]
-    return event.task
 
 
 async def test_a_task_waiting_for_input_expires_after_the_idle_timeout(make_harness):
