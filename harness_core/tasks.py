@@ -383,7 +383,8 @@ class TaskService:
         A retry of a message the task already had gets the whole task instead: its exchange
         happened before the receipt's cursor.
         """
-        if not receipt.duplicate:
+        if not receipt.duplicate and not receipt.closed:
+            # An ended task's final write (in the same workflow task) already has it all.
             await self._note(task_id, receipt)
         if receipt.duplicate:
             view = await self._view(task_id)
