@@ -71,7 +71,7 @@ from harness_core.harness import Harness
 from harness_core.live import LIVE, LiveEvent
 from harness_core.payloads import TERMINAL_STATES, EventPage, ProtoJSON, TaskEvent, TaskView
 from harness_core.push import webhook_problem
-from harness_core.tasks import FOLLOW_FIRST_DELAY, FOLLOW_MAX_DELAY, TaskService
+from harness_core.tasks import AFTER_TURN_DELAY, FOLLOW_FIRST_DELAY, FOLLOW_MAX_DELAY, TaskService
 
 __all__ = ["SEQ_KEY", "HarnessRequestHandler"]
 
@@ -387,6 +387,8 @@ class HarnessRequestHandler(RequestHandler):
                 if _ended(page.view) if until_end else page.view.settled:
                     return
                 delay = FOLLOW_FIRST_DELAY if page.events else min(delay * 1.5, FOLLOW_MAX_DELAY)
+                if live.take_nudge():
+                    delay = AFTER_TURN_DELAY
                 await live.wait(delay)
 
     async def _live_protos(

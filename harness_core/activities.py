@@ -221,12 +221,14 @@ class AgentActivities:
         self._check_agent(entry.archive.agent_id, "an index entry")
         with _store_errors():
             self.store.checkpoint(entry)
+        LIVE.stored(self.agent_id, entry.archive.task_id)
 
     @activity.defn(name=STORE_RECORD)
     def store_record(self, archive: Archive, record: TaskRecord) -> None:
         self._check_agent(record.agent_id, "the record")
         with _store_errors():
             self.store.store_final(archive, record)
+        LIVE.stored(self.agent_id, record.task_id)
 
     @activity.defn(name=HEARTBEAT)
     def heartbeat(self, agent_id: str) -> None:

@@ -52,6 +52,8 @@ _IMPORT_HINT = 'must be "package.module:name", e.g. "my_pkg.tools:lookup_order"'
 _DURATION_HINT = 'a duration (seconds or a string like "30s")'
 _NO_FILE = "<settings>"
 _SHOW_LIMIT = 60
+#: The longest ``[delegation] stream_for``: a stand-in hears a cancel only once its send returns.
+MAX_STREAM_FOR = 10.0
 _MIN_REQUEST_BYTES = 1024
 _TOML_KINDS: dict[type, str] = {
     bool: "boolean",
@@ -136,6 +138,15 @@ class RemoteAgentConfig:
 
 
 @attrs.frozen
+class DelegationConfig:
+    """``[delegation]``: how this agent's delegations follow the other agents' answers."""
+
+    # A delegation reads the answer on its send's own stream (SendStreamingMessage) for this
+    # long; a task still running then is followed by pushes, or by reading it. 0: from the start.
+    stream_for: float = 2.0
+
+
+@attrs.frozen
 class PushConfig:
     """``[push]``: push notifications (webhooks) to A2A clients."""
 
@@ -195,6 +206,7 @@ class Settings:
     model: ModelConfig = attrs.field(factory=ModelConfig)
     retention: RetentionConfig = attrs.field(factory=RetentionConfig)
     push: PushConfig = attrs.field(factory=PushConfig)
+    delegation: DelegationConfig = attrs.field(factory=DelegationConfig)
     agents: tuple[RemoteAgentConfig, ...] = ()
     # Set by the loader, never read from TOML.
     source: Path | None = None
@@ -321,6 +333,7 @@ for _cls in (
     ModelConfig,
     RetentionConfig,
     PushConfig,
+    DelegationConfig,
     RemoteAgentConfig,
     Settings,
 ):
@@ -648,6 +661,11 @@ def _validate(settings: Settings, label: str) -> None:
             )
     if settings.push.timeout <= 0:
         raise _bad_duration(label, "push.timeout", settings.push.timeout, "be more than 0")
+    stream_for = settings.delegation.stream_for
+    if not 0 <= stream_for <= MAX_STREAM_FOR:
+        raise _bad_duration(
+            label, "delegation.stream_for", stream_for, f"be between 0 and {MAX_STREAM_FOR:g}s"
+        )
 
     retention = settings.retention
     if retention.idle_timeout and retention.idle_timeout < 1:

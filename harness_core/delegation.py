@@ -10,17 +10,20 @@ derives its task id from the message) and the remote model runs once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
 import secrets
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import attrs
 import httpx
 from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client.errors import A2AClientError
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -28,22 +31,38 @@ from a2a.types import (
     Message,
     SendMessageConfiguration,
     SendMessageRequest,
+    StreamResponse,
     Task,
     TaskPushNotificationConfig,
 )
-from a2a.utils.errors import A2AError
+from a2a.utils.errors import A2AError, InternalError
 from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from harness_core.config import RemoteAgentConfig
+from harness_core.live import LIVE
 from harness_core.payloads import SETTLED_STATES as _SETTLED
-from harness_core.payloads import DelegationRequest, DelegationResult, ProtoJSON
+from harness_core.payloads import (
+    DelegationProgress,
+    DelegationRequest,
+    DelegationResult,
+    ProtoJSON,
+    TaskEvent,
+    relayable,
+    relayed_status,
+    status_key,
+)
 from harness_core.store import TaskStore
+from harness_core.tasks import fold_artifacts
+from harness_core.urls import http_client
 
 __all__ = ["DelegationActivities", "Peers", "card_problem", "token_digest"]
 
 log = logging.getLogger("harness.delegation")
+
+#: The most progress statuses one streamed send relays (the latest).
+MAX_RELAYED = 32
 
 #: Resolves an agent id to the base URL of its A2A endpoint (None: no such agent).
 Peers = Callable[[str], "str | None"]
@@ -60,6 +79,7 @@ class DelegationActivities:
         store: TaskStore | None = None,
         push_base: Callable[[], str | None] = lambda: None,
         remote: Callable[[str], RemoteAgentConfig | None] = lambda _: None,
+        stream_for: float = 0.0,
     ) -> None:
         self.agent_id = agent_id
         self.peers = peers
@@ -68,6 +88,8 @@ class DelegationActivities:
         self.push_base = push_base
         # ``[[agents]]``: how to reach agents served elsewhere (tenant, headers, push or follow).
         self.remote = remote
+        # ``[delegation] stream_for``: how long a send follows the answer on its own stream.
+        self.stream_for = stream_for
         self._cards: dict[str, AgentCard] = {}
 
     def _url(self, target: str) -> str:
@@ -81,12 +103,21 @@ class DelegationActivities:
             )
         return url
 
-    async def _client(self, http: httpx.AsyncClient, url: str) -> Client:
+    async def _card(self, http: httpx.AsyncClient, url: str) -> AgentCard:
         card = self._cards.get(url)
         if card is None:
             card = await A2ACardResolver(http, url).get_agent_card()
             self._cards[url] = card
-        return ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)
+        return card
+
+    async def _client(
+        self, http: httpx.AsyncClient, url: str, *, streaming: bool = False
+    ) -> Client:
+        card = await self._card(http, url)
+        return ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
+
+    def _http(self, request: DelegationRequest) -> httpx.AsyncClient:
+        return http_client(timeout=30, headers=self._headers(request))
 
     def _headers(self, request: DelegationRequest) -> dict[str, str]:
         # The identity travels with the call: the remote task belongs to the same participant.
@@ -109,119 +140,244 @@ class DelegationActivities:
         remote = self.remote(target)
         return (remote.tenant or "") if remote is not None else ""
 
-    async def _send_for_push(
-        self, request: DelegationRequest, url: str, message: Message
-    ) -> DelegationResult | None:
-        """Send without waiting, asking the other agent to push its updates to the stand-in;
-        None when push is off here, not offered there, or refused (the caller then waits)."""
+    def _push_config(
+        self, request: DelegationRequest, card: AgentCard, standin: str
+    ) -> TaskPushNotificationConfig | None:
+        """A webhook for the stand-in with a fresh token, whose digest alone is stored; None
+        when push is off here, or not offered by the other agent, or ``updates = "follow"``."""
         base = self.push_base()
         remote = self.remote(request.target)
         follow = remote is not None and remote.updates == "follow"
-        if base is None or self.store is None or follow:
+        if base is None or self.store is None or follow or not card.capabilities.push_notifications:
             return None
-        standin = str(activity.info().workflow_id or "")
         token = secrets.token_urlsafe(24)
         # Only the digest is kept: neither Temporal's history nor the store holds the token.
-        await anyio.to_thread.run_sync(self.store.put_push_token, standin, token_digest(token))
-        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
-            client = await self._client(http, url)
-            card = self._cards.get(url)
-            if card is None or not card.capabilities.push_notifications:
-                return None
-            configuration = SendMessageConfiguration(
-                return_immediately=True,
-                # One config per stand-in: a retried send replaces it (and its token) there.
-                task_push_notification_config=TaskPushNotificationConfig(
-                    id=standin, url=base + standin, token=token
-                ),
-            )
-            try:
-                events = [
-                    event
-                    async for event in client.send_message(
-                        SendMessageRequest(
-                            message=message,
-                            configuration=configuration,
-                            tenant=self._tenant(request.target),
-                        )
+        self.store.put_push_token(standin, token_digest(token))
+        # One config per stand-in: a retried send replaces it (and its token) there.
+        return TaskPushNotificationConfig(id=standin, url=base + standin, token=token)
+
+    @activity.defn(name="delegate_send")
+    async def delegate_send(self, request: DelegationRequest) -> DelegationResult:
+        """Send the message. First the answer is followed on the send's own stream, for up to
+        ``stream_for`` seconds (most answers come in that time, with no push or poll); a task
+        still running then is followed by pushes to the stand-in when the other agent offers
+        them, else by ``delegate_wait``."""
+        url = self._url(request.target)
+        message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
+        try:
+            async with self._http(request) as http:
+                card = await self._card(http, url)
+                stale = ""
+                if message.task_id:
+                    # It answers the other agent's question: until that task's status changes,
+                    # the question is all there is to read, not an answer.
+                    task = await (await self._client(http, url)).get_task(
+                        GetTaskRequest(id=message.task_id, tenant=self._tenant(request.target))
                     )
-                ]
+                    stale = status_key(MessageToDict(task.status))
+                result = None
+                if self.stream_for > 0 and card.capabilities.streaming:
+                    result = await self._stream(request, http, url, message, stale)
+                    if not result.remote_task_id and result.state not in _SETTLED:
+                        result = None  # no answer in time, not even the task: send again
+                    elif result.state not in _SETTLED:
+                        result = await self._ask_for_pushes(request, http, url, card, result)
+                if result is None:
+                    # The same message id reaches the same task: a second send changes nothing.
+                    result = await self._send(request, http, url, card, message, stale)
+                return attrs.evolve(result, stale=stale)
+        except A2AError as error:
+            raise _refused(request.target, error) from None
+
+    async def _stream(
+        self,
+        request: DelegationRequest,
+        http: httpx.AsyncClient,
+        url: str,
+        message: Message,
+        stale: str,
+    ) -> DelegationResult:
+        """SendStreamingMessage, read until the task settles or ``stream_for`` passes: the last
+        state, the artifacts so far, and the progress seen (shown live meanwhile to the
+        delegating task's streams in this process)."""
+        client = await self._client(http, url, streaming=True)
+        result = DelegationResult(target=request.target, remote_task_id="", state="")
+        events: list[TaskEvent] = []
+        progress: list[ProtoJSON] = []
+        with anyio.move_on_after(self.stream_for):
+            stream = client.send_message(
+                SendMessageRequest(message=message, tenant=self._tenant(request.target))
+            )
+            async with contextlib.aclosing(stream):  # pyright: ignore[reportArgumentType]
+                async for event in stream:
+                    if event.HasField("message"):
+                        return _from_message(request.target, event.message)
+                    result, status = _apply(result, event, events, stale)
+                    if result.state in _SETTLED:
+                        break
+                    if status is not None and "message" in status:
+                        status = relayable(status)
+                        progress.append(status)
+                        self._show(request, result, status)
+        # A chatty agent's latest progress is enough to relay.
+        progress = progress[-MAX_RELAYED:]
+        return attrs.evolve(
+            result,
+            artifacts=tuple(fold_artifacts(events)),
+            progress=tuple(progress),
+        )
+
+    def _show(
+        self, request: DelegationRequest, result: DelegationResult, status: ProtoJSON
+    ) -> None:
+        """Show another agent's progress live to the delegating task's streams in this process
+        (its durable copy, the same event, comes with the answer or the stand-in's relay)."""
+        progress = DelegationProgress(
+            stand_in=str(activity.info().workflow_id or ""),
+            target=request.target,
+            remote_task_id=result.remote_task_id,
+            status=status,
+        )
+        shown = relayed_status(progress, request.parent_task_id, request.parent_context_id)
+        shown["timestamp"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        LIVE.publish(
+            self.agent_id,
+            request.parent_task_id,
+            "status",
+            {
+                "taskId": request.parent_task_id,
+                "contextId": request.parent_context_id,
+                "status": shown,
+            },
+        )
+
+    async def _ask_for_pushes(
+        self,
+        request: DelegationRequest,
+        http: httpx.AsyncClient,
+        url: str,
+        card: AgentCard,
+        result: DelegationResult,
+    ) -> DelegationResult:
+        """The task outlived the stream: register the stand-in's webhook for it (when pushes
+        are on), then read it once, so no update between the stream and the webhook is lost."""
+        config = await anyio.to_thread.run_sync(
+            self._push_config, request, card, str(activity.info().workflow_id or "")
+        )
+        client = await self._client(http, url)
+        tenant = self._tenant(request.target)
+        pushed = False
+        if config is not None:
+            config.task_id = result.remote_task_id
+            config.tenant = tenant
+            try:
+                await client.create_task_push_notification_config(config)
+                pushed = True
             except A2AError as error:
                 log.info(
                     "agent %s refused to push to %s (%s); following its task instead",
                     request.target,
-                    base,
-                    error,
+                    config.url,
+                    type(error).__name__,
                 )
-                return None
-        if not events:
-            return None
-        last = events[-1]
-        if last.HasField("message"):
-            return _from_message(request.target, last.message)
-        return attrs.evolve(_from_task(request.target, last.task), pushed=True)
+        task = await client.get_task(GetTaskRequest(id=result.remote_task_id, tenant=tenant))
+        return attrs.evolve(
+            _from_task(request.target, task, result.stale), pushed=pushed, progress=result.progress
+        )
 
-    @activity.defn(name="delegate_send")
-    async def delegate_send(self, request: DelegationRequest) -> DelegationResult:
-        """Send the message without waiting for the answer: for pushes to the stand-in when the
-        other agent offers them, else to be followed (``delegate_wait``)."""
-        url = self._url(request.target)
-        message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
-        pushed = await self._send_for_push(request, url, message)
-        if pushed is not None:
-            return pushed
-        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
-            client = await self._client(http, url)
-            events = [
-                event
-                async for event in client.send_message(
-                    SendMessageRequest(
-                        message=message,
-                        configuration=SendMessageConfiguration(return_immediately=True),
-                        tenant=self._tenant(request.target),
-                    )
-                )
-            ]
+    async def _send(
+        self,
+        request: DelegationRequest,
+        http: httpx.AsyncClient,
+        url: str,
+        card: AgentCard,
+        message: Message,
+        stale: str,
+    ) -> DelegationResult:
+        """SendMessage returning at once, with the stand-in's webhook when pushes are on."""
+        config = await anyio.to_thread.run_sync(
+            self._push_config, request, card, str(activity.info().workflow_id or "")
+        )
+        client = await self._client(http, url)
+        send = SendMessageRequest(
+            message=message,
+            configuration=SendMessageConfiguration(
+                return_immediately=True, task_push_notification_config=config
+            ),
+            tenant=self._tenant(request.target),
+        )
+        try:
+            events = [event async for event in client.send_message(send)]
+        except A2AError as error:
+            if config is None or isinstance(error, A2AClientError):
+                raise
+            log.info(
+                "agent %s refused to push to %s (%s); following its task instead",
+                request.target,
+                config.url,
+                type(error).__name__,
+            )
+            send.configuration.ClearField("task_push_notification_config")
+            config = None
+            events = [event async for event in client.send_message(send)]
         if not events:
             raise ApplicationError(f"agent {request.target} answered nothing")
         last = events[-1]
         if last.HasField("message"):
             return _from_message(request.target, last.message)
-        return _from_task(request.target, last.task)
+        return attrs.evolve(_from_task(request.target, last.task, stale), pushed=config is not None)
 
     @activity.defn(name="delegate_wait")
-    async def delegate_wait(self, request: DelegationRequest, task_id: str) -> DelegationResult:
-        """Follow the other agent's task until it settles: GetTask every 0.1 s at first, backing
-        off to 2 s, heartbeating (a worker that dies is noticed, and the wait picks up again)."""
+    async def delegate_wait(
+        self, request: DelegationRequest, task_id: str, seen: str = ""
+    ) -> DelegationResult:
+        """Follow the other agent's task until it settles, or shows a status with a message
+        (progress, which the stand-in relays before it waits again); a status whose
+        ``status_key`` is ``seen`` is old news. GetTask every 20 ms at first, backing off to
+        2 s, heartbeating (a worker that dies is noticed, and the wait picks up again)."""
         url = self._url(request.target)
         delay = 0.02
-        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
+        async with self._http(request) as http:
             client = await self._client(http, url)
             while True:
                 activity.heartbeat()
                 task = await client.get_task(
                     GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
                 )
-                result = _from_task(request.target, task)
+                result = _from_task(request.target, task, seen)
                 if result.state in _SETTLED:
                     return result
+                status = MessageToDict(task.status)
+                if "message" in status and status_key(status) != seen:
+                    return attrs.evolve(result, progress=(relayable(status),))
                 await anyio.sleep(delay)
                 delay = min(delay * 1.5, 2.0)
 
     @activity.defn(name="delegate_poll")
-    async def delegate_poll(self, request: DelegationRequest, task_id: str) -> DelegationResult:
+    async def delegate_poll(
+        self, request: DelegationRequest, task_id: str, seen: str = "", patience: float = 0.0
+    ) -> DelegationResult:
+        """Read the other agent's task; for up to ``patience`` seconds until it settles (it
+        pushed that it did: its reads may lag its pushes by a moment)."""
         url = self._url(request.target)
-        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
+        delay = 0.01
+        async with self._http(request) as http:
             client = await self._client(http, url)
-            task = await client.get_task(
-                GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
-            )
-        return _from_task(request.target, task)
+            with anyio.move_on_after(patience):
+                while True:
+                    task = await client.get_task(
+                        GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
+                    )
+                    if _from_task(request.target, task, seen).state in _SETTLED:
+                        break
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+        return _from_task(request.target, task, seen)
 
     @activity.defn(name="delegate_cancel")
     async def delegate_cancel(self, request: DelegationRequest, task_id: str) -> None:
         url = self._url(request.target)
-        async with httpx.AsyncClient(timeout=30, headers=self._headers(request)) as http:
+        async with self._http(request) as http:
             client = await self._client(http, url)
             try:
                 await client.cancel_task(
@@ -234,11 +390,50 @@ class DelegationActivities:
         return [self.delegate_send, self.delegate_wait, self.delegate_poll, self.delegate_cancel]
 
 
+def _refused(target: str, error: A2AError) -> Exception:
+    """An A2A error of a send: the other agent refused the message (not retried), or the call
+    failed on the way (retried: unreachable, timed out, its server's own failure)."""
+    if isinstance(error, A2AClientError | InternalError):
+        return ApplicationError(f"agent {target} could not be reached ({type(error).__name__})")
+    return ApplicationError(
+        f"agent {target} refused the message ({type(error).__name__})",
+        type="DelegationRefused",
+        non_retryable=True,
+    )
+
+
+def _apply(
+    result: DelegationResult, event: StreamResponse, events: list[TaskEvent], stale: str
+) -> tuple[DelegationResult, ProtoJSON | None]:
+    """One event of the other agent's stream: the result it leaves, and the new status it
+    brought (None: none, or the ``stale`` one). Artifact updates are kept in ``events`` to fold
+    at the end."""
+    if event.HasField("task"):
+        task = event.task
+        for artifact in task.artifacts:
+            events.append(TaskEvent(0, "artifact", {"artifact": MessageToDict(artifact)}))
+        status = MessageToDict(task.status)
+        task_id = task.id
+    elif event.HasField("status_update"):
+        status = MessageToDict(event.status_update.status)
+        task_id = event.status_update.task_id
+    elif event.HasField("artifact_update"):
+        events.append(TaskEvent(0, "artifact", MessageToDict(event.artifact_update)))
+        return result, None
+    else:
+        return result, None
+    if status_key(status) == stale:
+        return attrs.evolve(result, remote_task_id=task_id), None
+    parts = tuple(status.get("message", {}).get("parts") or ())
+    state = str(status.get("state", ""))
+    return attrs.evolve(result, remote_task_id=task_id, state=state, parts=parts), status
+
+
 async def card_problem(url: str) -> tuple[str | None, str]:
     """What is wrong with the agent at ``url`` (None: its card was fetched and is an A2A card),
     and what its card says of it (name, description, skills) for the model."""
     try:
-        async with httpx.AsyncClient(timeout=10) as http:
+        async with http_client(timeout=10) as http:
             card = await A2ACardResolver(http, url).get_agent_card()
     except Exception as error:  # unreachable, not JSON, not a card: the same to the caller
         return f"its card could not be fetched ({type(error).__name__})", ""
@@ -252,8 +447,12 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _from_task(target: str, task: Task) -> DelegationResult:
-    status = MessageToDict(task.status)
+def _from_task(target: str, task: Task, seen: str = "") -> DelegationResult:
+    """The other agent's task as a result; its status ``seen`` before is reported as WORKING
+    (the other agent has not answered since)."""
+    status: ProtoJSON = MessageToDict(task.status)
+    if status_key(status) == seen:
+        status = {"state": "TASK_STATE_WORKING"}
     state = str(status.get("state", ""))
     parts = tuple(status.get("message", {}).get("parts") or ())
     artifacts = tuple(MessageToDict(a) for a in task.artifacts)

@@ -256,6 +256,7 @@ class Harness:
                                 store=store,
                                 push_base=self._push_base,
                                 remote=self.remote,
+                                stream_for=settings.delegation.stream_for,
                             ),
                             push=PushActivities(
                                 self.agent_id,

@@ -49,6 +49,7 @@ class Subscription:
         self._event = anyio.Event()
         #: The live path missed events: the stream relies on the durable log alone.
         self.overflowed = not complete
+        self._nudged = False
 
     def _push(self, event: LiveEvent) -> None:
         """From any thread."""
@@ -64,6 +65,19 @@ class Subscription:
 
     def _wake(self) -> None:
         self._event.set()
+
+    def _nudge(self) -> None:
+        """From any thread."""
+        with self._lock:
+            self._nudged = True
+        self._call(self._wake)
+
+    def take_nudge(self) -> bool:
+        """Whether, since the last call, a turn of the task ended in this process or its store
+        entry was written here: the stream reads the task now, and again soon."""
+        with self._lock:
+            nudged, self._nudged = self._nudged, False
+        return nudged
 
     def drain(self) -> list[LiveEvent]:
         """The events published since the last drain, oldest first."""
@@ -122,9 +136,18 @@ class LiveHub:
             subscription._push(event)  # pyright: ignore[reportPrivateUsage]
 
     def end(self, agent_id: str, task_id: str) -> None:
-        """A turn's attempt ended: its events are (or will be) in the durable log, or void."""
+        """A turn's attempt ended: its events are (or will be) in the durable log, or void. The
+        task's streams are nudged to read it again soon."""
         with self._lock:
             self._kept.pop((agent_id, task_id), None)
+        self.stored(agent_id, task_id)
+
+    def stored(self, agent_id: str, task_id: str) -> None:
+        """The task's store entry changed: its streams in this process read it now."""
+        with self._lock:
+            subscriptions = list(self._subscriptions.get((agent_id, task_id), ()))
+        for subscription in subscriptions:
+            subscription._nudge()  # pyright: ignore[reportPrivateUsage]
 
 
 LIVE = LiveHub()

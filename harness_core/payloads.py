@@ -14,6 +14,7 @@ continues as new, carrying only a :class:`TaskCarry`.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 import attrs
@@ -22,6 +23,7 @@ __all__ = [
     "SETTLED_STATES",
     "TERMINAL_STATES",
     "Archive",
+    "DelegationProgress",
     "DelegationRequest",
     "DelegationResult",
     "DelegationSpec",
@@ -45,6 +47,9 @@ __all__ = [
     "TurnOutcome",
     "TurnRequest",
     "may_access",
+    "relayable",
+    "relayed_status",
+    "status_key",
 ]
 
 ProtoJSON = dict[str, Any]
@@ -267,6 +272,68 @@ class DelegationRequest:
     target: str
     message: ProtoJSON
     participant: str
+    #: The delegating task's context (its relayed progress belongs there).
+    parent_context_id: str = ""
+
+
+@attrs.frozen
+class DelegationProgress:
+    """An update of the other agent's task that the delegating task relays to its own clients:
+    the remote status (ProtoJSON, with its message), as the stand-in ``stand_in`` saw it."""
+
+    stand_in: str
+    target: str
+    remote_task_id: str
+    status: ProtoJSON
+
+
+#: The most one relayed status may weigh (bytes of JSON): a larger message is relayed without
+#: its parts, so another agent's progress never grows a task by much.
+RELAY_BYTES = 16 * 1024
+
+
+def relayable(status: ProtoJSON) -> ProtoJSON:
+    """Another agent's status as it may be relayed: whole, or without its message's parts."""
+    if len(json.dumps(status, separators=(",", ":"))) <= RELAY_BYTES:
+        return status
+    message: ProtoJSON = {**(status.get("message") or {})}
+    message["parts"] = [{"text": "(a progress message too large to relay)"}]
+    return {**status, "message": message}
+
+
+def status_key(status: ProtoJSON) -> str:
+    """What tells one status of a task from another: its state, message and time."""
+    message: ProtoJSON = status.get("message") or {}
+    return f"{status.get('state', '')}|{message.get('messageId', '')}|{status.get('timestamp', '')}"
+
+
+def relayed_status(progress: DelegationProgress, task_id: str, context_id: str) -> ProtoJSON:
+    """The WORKING status update by which the task ``task_id`` shows another agent's progress:
+    its message, with the delegation in ``metadata["harness.delegation"]`` (``path`` names the
+    agents it came through, the one that said it last). The message id is derived from the
+    stand-in and the remote message, so the live copy and the durable one are the same event."""
+    status = progress.status
+    remote: ProtoJSON = status.get("message") or {}
+    metadata: ProtoJSON = remote.get("metadata") or {}
+    inner: ProtoJSON = metadata.get("harness.delegation") or {}
+    path = [progress.target, *(inner.get("path") or ())]
+    state = str(status.get("state", ""))
+    message: ProtoJSON = {
+        "messageId": f"{progress.stand_in}:{remote.get('messageId') or state}",
+        "role": "ROLE_AGENT",
+        "parts": list(remote.get("parts") or ()),
+        "taskId": task_id,
+        "contextId": context_id,
+        "metadata": {
+            "harness.delegation": {
+                "agent": progress.target,
+                "taskId": progress.remote_task_id,
+                "state": state,
+                "path": path,
+            }
+        },
+    }
+    return {"state": "TASK_STATE_WORKING", "message": message}
 
 
 @attrs.frozen
@@ -283,6 +350,11 @@ class DelegationResult:
     error: str = ""
     #: The other agent pushes its updates to the stand-in (else the stand-in polls).
     pushed: bool = False
+    #: Remote statuses with a message seen before this one, oldest first, to relay.
+    progress: tuple[ProtoJSON, ...] = ()
+    #: The ``status_key`` of the remote task's status before the message (when it continues a
+    #: task): that status is no answer to it.
+    stale: str = ""
 
 
 @attrs.frozen

@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from harness_core.payloads import ProtoJSON, PushBatch
 from harness_core.store import TaskStore
+from harness_core.urls import http_client
 
 __all__ = ["PushActivities", "webhook_problem"]
 
@@ -134,7 +135,7 @@ class PushActivities:
                 {key: {**body, "metadata": {**body.get("metadata", {}), "harness.seq": event.seq}}}
             )
         failures: list[str] = []
-        async with httpx.AsyncClient(timeout=self.timeout, follow_redirects=False) as http:
+        async with http_client(timeout=self.timeout, follow_redirects=False) as http:
             for config_id, _owner, config in configs:
                 url = str(config.get("url", ""))
                 problem = await anyio.to_thread.run_sync(webhook_problem, url, self.allow)

@@ -60,6 +60,7 @@ from harness_core.payloads import (
     TaskTail,
     TaskView,
     may_access,
+    relayable,
 )
 from harness_core.pool import TemporalConnection
 from harness_core.secrets import SECRETS
@@ -75,6 +76,8 @@ T = TypeVar("T")
 # How often a stream polls a quiet task's durable log: soon after a change, then backing off.
 FOLLOW_FIRST_DELAY = 0.02
 FOLLOW_MAX_DELAY = 0.5
+# After a turn of the task ended in this process: its outcome is durable within milliseconds.
+AFTER_TURN_DELAY = 0.004
 #: The largest message (as JSON, large parts by reference) a task accepts.
 MAX_MESSAGE_BYTES = 256 * 1024
 # How long a task the index learned of before its workflow started may go unconfirmed (nothing
@@ -483,12 +486,15 @@ class TaskService:
         except RPCError:
             return False
         update = cast("ProtoJSON", body.get("statusUpdate") or body.get("task") or {})
-        state = str(cast("ProtoJSON", update.get("status") or {}).get("state", ""))
+        status = relayable(cast("ProtoJSON", update.get("status") or {}))
+        state = str(status.get("state", ""))
         if not state:
             return True  # an artifact, say: the stand-in reads the task once it settles
         with contextlib.suppress(RPCError):
             await self._call(
-                lambda c: c.get_workflow_handle(standin_id).signal(DelegationWorkflow.pushed, state)
+                lambda c: c.get_workflow_handle(standin_id).signal(
+                    DelegationWorkflow.pushed, args=[state, status]
+                )
             )
         return True
 

@@ -4,15 +4,34 @@ An agent mounted into a host app lives under a prefix (``Mount("/agents/a", app=
 hands out (the card's interfaces, later the push URL) must name the URL a client outside uses, which is
 ``[server] base_url`` with that prefix. The two can disagree; that is a configuration error, found at
 construction rather than by a client that follows a wrong URL (seed: mount-design, PublicUrl).
+
+It also makes the HTTP clients that reach other agents and webhooks.
 """
 
 from __future__ import annotations
 
+import functools
+import ssl
+from typing import Any
 from urllib.parse import urlsplit
+
+import httpx
 
 from harness_core.errors import ConfigError
 
-__all__ = ["normalize_prefix", "public_url"]
+__all__ = ["http_client", "normalize_prefix", "public_url"]
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    # Loading the CA bundle takes ~20 ms: once per process, not once per client.
+    return httpx.create_ssl_context()
+
+
+def http_client(**options: Any) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` with ``options`` that shares the process's TLS context: a
+    delegation's calls and a webhook's delivery each make one, so it must be cheap."""
+    return httpx.AsyncClient(verify=_tls(), **options)
 
 
 def normalize_prefix(prefix: str | None) -> str:

@@ -43,6 +43,7 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     CancelledError,
+    FailureError,
     TimeoutError,
     TimeoutType,
 )
@@ -51,6 +52,7 @@ from harness_core.payloads import (
     SETTLED_STATES,
     TERMINAL_STATES,
     Archive,
+    DelegationProgress,
     DelegationRequest,
     DelegationResult,
     Inbound,
@@ -71,6 +73,8 @@ from harness_core.payloads import (
     TurnOutcome,
     TurnRequest,
     may_access,
+    relayed_status,
+    status_key,
 )
 
 __all__ = ["DelegationWorkflow", "HeartbeatWorkflow", "TaskWorkflow", "task_closed_message"]
@@ -889,6 +893,7 @@ class TaskWorkflow:
                 target=target,
                 message={"messageId": f"{start.task_id}:{number}:{key}", **message},
                 participant=participant,
+                parent_context_id=start.context_id,
             )
             handle = await workflow.start_child_workflow(
                 DelegationWorkflow.run,
@@ -912,9 +917,18 @@ class TaskWorkflow:
         results: list[DelegationResult | None] = []
         for handle in handles:
             try:
-                results.append(handle.result())
+                result = handle.result()
             except BaseException:
                 results.append(None)
+                continue
+            # What the other agent said on the way (its stream showed it live already).
+            self.relay(
+                [
+                    DelegationProgress(handle.id, result.target, result.remote_task_id, status)
+                    for status in result.progress
+                ]
+            )
+            results.append(result)
         return results
 
     def _take_answer(
@@ -1101,21 +1115,37 @@ class TaskWorkflow:
         if self._state not in TERMINAL_STATES:
             self._cancel_requested = True
 
+    @workflow.signal
+    def relay(self, progress: list[DelegationProgress]) -> None:
+        """Another agent's progress on a delegation of this task, from its stand-in: shown as
+        WORKING updates while the delegating turn waits (late ones change nothing)."""
+        if not self._in_turn or self._state != "TASK_STATE_WORKING":
+            return
+        for item in progress:
+            status = relayed_status(item, self._start.task_id, self._start.context_id)
+            status["timestamp"] = self._now()
+            self._status = status
+            self._event("status", {"status": status})
 
-@workflow.defn(name="DelegationWorkflow")
+
+@workflow.defn(name="DelegationWorkflow", sandboxed=False)
 class DelegationWorkflow:
-    """The stand-in of one delegation, a child of the delegating task on the same queue: it sends
-    the message to the other agent over A2A (a blocking send, in an activity that heartbeats), and
-    follows the remote task with GetTask, backing off, until it settles (answered, asking, ended).
-    Canceled with its parent, it cancels the remote task."""
+    """The stand-in of one delegation, a child of the delegating task on the same queue.
+
+    It sends the message to the other agent over A2A and reads the answer on the send's own
+    stream for a moment (``[delegation] stream_for``); a task still running then is followed by
+    the other agent's pushes to this stand-in, or by reading it (GetTask, backing off) until it
+    settles (answered, asking, ended). The other agent's progress on the way is relayed to the
+    delegating task. Canceled with its parent, it cancels the remote task.
+    """
 
     def __init__(self) -> None:
-        self._pushed_state = ""
+        self._pushes: list[ProtoJSON] = []  # pushed statuses not looked at yet
 
     @workflow.signal
-    def pushed(self, state: str) -> None:
+    def pushed(self, state: str, status: ProtoJSON | None = None) -> None:
         """The other agent pushed an update of its task (checked by the receiver first)."""
-        self._pushed_state = state
+        self._pushes.append(status if status is not None else {"state": state})
 
     @workflow.run
     async def run(self, request: DelegationRequest) -> DelegationResult:
@@ -1132,37 +1162,57 @@ class DelegationWorkflow:
                 DELEGATE_SEND,
                 request,
                 result_type=DelegationResult,
-                start_to_close_timeout=timedelta(seconds=60),
+                # The send reads the answer on its stream for at most a few seconds.
+                start_to_close_timeout=timedelta(seconds=90),
                 retry_policy=retry,
             )
+            if result.state in SETTLED_STATES:
+                return result  # the delegating task shows its progress with the answer
             remote_task_id = result.remote_task_id
+            seen = await self._relay(request, result, result.stale)
             silence = 60.0
             while result.pushed and result.state not in SETTLED_STATES:
-                # Woken by a push that the task settled, or after a silence: then read it.
+                # Woken by a push, or after a silence: then the task is read.
                 with contextlib.suppress(asyncio.TimeoutError):
                     await workflow.wait_condition(
-                        lambda: self._pushed_state in SETTLED_STATES,
-                        timeout=timedelta(seconds=silence),
+                        lambda: bool(self._pushes), timeout=timedelta(seconds=silence)
                     )
+                pushes = [p for p in self._pushes if status_key(p) != seen]
+                self._pushes.clear()
+                news = [
+                    p for p in pushes if "message" in p and p.get("state") not in SETTLED_STATES
+                ]
+                if news:
+                    seen = await self._relay(
+                        request, attrs.evolve(result, progress=tuple(news)), seen
+                    )
+                settled = any(p.get("state") in SETTLED_STATES for p in pushes)
+                if pushes and not settled:
+                    silence = 60.0
+                    continue
                 silence = min(silence * 2, 600.0)
                 polled = await workflow.execute_local_activity(
                     DELEGATE_POLL,
-                    args=[request, remote_task_id],
+                    # Told that it settled, the read waits (a little) for the task to show it.
+                    args=[request, remote_task_id, seen, 5.0 if settled else 0.0],
                     result_type=DelegationResult,
                     start_to_close_timeout=timedelta(seconds=60),
                     retry_policy=retry,
                 )
                 result = attrs.evolve(polled, pushed=True)
-            if result.state not in SETTLED_STATES:
-                # Followed: an activity that reads the task until it settles, heartbeating.
+            while result.state not in SETTLED_STATES:
+                # Followed: an activity that reads the task until it settles or says something,
+                # heartbeating.
                 result = await workflow.execute_activity(
                     DELEGATE_WAIT,
-                    args=[request, remote_task_id],
+                    args=[request, remote_task_id, seen],
                     result_type=DelegationResult,
                     start_to_close_timeout=timedelta(days=1),
                     heartbeat_timeout=_HEARTBEAT_TIMEOUT,
                     retry_policy=retry,
                 )
+                if result.state not in SETTLED_STATES:
+                    seen = await self._relay(request, result, seen)
             return result
         except (ActivityError, ApplicationError) as error:
             # A local activity's failure arrives as the ApplicationError itself.
@@ -1177,6 +1227,26 @@ class DelegationWorkflow:
         except asyncio.CancelledError:
             await self._cancel_remote(request, remote_task_id)
             raise
+
+    async def _relay(self, request: DelegationRequest, result: DelegationResult, seen: str) -> str:
+        """Show the other agent's progress to the delegating task's clients (one signal); returns
+        the ``status_key`` of the last status relayed (``seen`` when none)."""
+        if not result.progress:
+            return seen
+        stand_in = workflow.info().workflow_id
+        progress = [
+            DelegationProgress(
+                stand_in=stand_in,
+                target=request.target,
+                remote_task_id=result.remote_task_id,
+                status=status,
+            )
+            for status in result.progress
+        ]
+        parent = workflow.get_external_workflow_handle(request.parent_task_id)
+        with contextlib.suppress(FailureError):  # the delegating task ended: nobody to tell
+            await parent.signal(TaskWorkflow.relay, progress)
+        return status_key(result.progress[-1])
 
     async def _cancel_remote(self, request: DelegationRequest, remote_task_id: str) -> None:
         """The delegating task was canceled: cancel the other agent's task too."""

@@ -96,7 +96,27 @@ class Team:
         return Complete("d says 42")
 
 
-@pytest.mark.parametrize("updates", ["push", "follow"])
+def team_harnesses(tmp_path: Path, address: str, team: Team, updates: str) -> list[Harness]:
+    """a..d of one group. ``updates``: "stream" (the default: answers read on the send's own
+    stream), "push" or "follow" (from the start: ``[delegation] stream_for = 0``)."""
+    return [
+        Harness(
+            agent_settings(
+                tmp_path / name,
+                address,
+                team.ids[name],
+                push={"allow_hosts": ["127.0.0.1"]},
+                delegation={"stream_for": "2s" if updates == "stream" else 0},
+            ),
+            agent=getattr(team, name),
+            prefix=f"/agents/{team.ids[name]}",
+            routes=RouteOptions(push=updates == "push"),
+        )
+        for name in "abcd"
+    ]
+
+
+@pytest.mark.parametrize("updates", ["stream", "push", "follow"])
 async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
     tmp_path, temporal_address, updates
 ):
@@ -105,20 +125,7 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
     ``agent:<id>``, a completes with b's (which carries d's) and c's contributions, and every
     model ran one turn per message it got."""
     team = Team()
-    harnesses = [
-        Harness(
-            agent_settings(
-                tmp_path / name,
-                temporal_address,
-                team.ids[name],
-                push={"allow_hosts": ["127.0.0.1"]},
-            ),
-            agent=getattr(team, name),
-            prefix=f"/agents/{team.ids[name]}",
-            routes=RouteOptions(push=updates == "push"),
-        )
-        for name in "abcd"
-    ]
+    harnesses = team_harnesses(tmp_path, temporal_address, team, updates)
     async with serving(*harnesses) as url:
         a_url = f"{url}/agents/{team.ids['a']}"
         async with a2a_client(
@@ -151,8 +158,8 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
         (b_id, "TASK_STATE_COMPLETED"),
         (c_id, "TASK_STATE_COMPLETED"),
     ]
-    # Push or follow, as asked: with push, a's two delegations registered webhooks at b and c,
-    # whose tokens a keeps only as digests; with follow, none.
+    # Push, follow or stream, as asked: with push, a's two delegations registered webhooks at b
+    # and c, whose tokens a keeps only as digests; else none (the answers came first).
     with sqlite3.connect(harnesses[0].settings.store_path) as db:
         tokens = db.execute("SELECT digest FROM push_tokens").fetchall()
     with sqlite3.connect(harnesses[1].settings.store_path) as db:
