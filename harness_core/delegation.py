@@ -361,18 +361,18 @@ class DelegationActivities:
         pushed that it did: its reads may lag its pushes by a moment)."""
         url = self._url(request.target)
         delay = 0.01
+        deadline = anyio.current_time() + patience
         async with self._http(request) as http:
             client = await self._client(http, url)
-            with anyio.move_on_after(patience):
-                while True:
-                    task = await client.get_task(
-                        GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
-                    )
-                    if _from_task(request.target, task, seen).state in _SETTLED:
-                        break
-                    await anyio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
-        return _from_task(request.target, task, seen)
+            while True:
+                task = await client.get_task(
+                    GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
+                )
+                result = _from_task(request.target, task, seen)
+                if result.state in _SETTLED or anyio.current_time() >= deadline:
+                    return result
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     @activity.defn(name="delegate_cancel")
     async def delegate_cancel(self, request: DelegationRequest, task_id: str) -> None:

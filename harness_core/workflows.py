@@ -126,6 +126,8 @@ _NO_RETRY = RetryPolicy(maximum_attempts=1)
 # The longest Retry-After a provider may impose on a turn.
 _MAX_ASKED_DELAY = 60.0
 _HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+# Stand-ins that answer within this time do not write their task's waiting state to the index.
+_QUICK_DELEGATION = timedelta(seconds=0.5)
 
 
 def task_closed_message(task_id: str, state: str) -> str:
@@ -885,26 +887,40 @@ class TaskWorkflow:
         canceled too). The key names the message and the stand-in within the turn."""
         number = self._turns
         participant = self._participants[0] if self._participants else f"agent:{start.agent_id}"
-        handles: list[workflow.ChildWorkflowHandle[Any, DelegationResult]] = []
-        for key, target, message in sends:
-            request = DelegationRequest(
-                agent_id=start.agent_id,
-                parent_task_id=start.task_id,
-                target=target,
-                message={"messageId": f"{start.task_id}:{number}:{key}", **message},
-                participant=participant,
-                parent_context_id=start.context_id,
+        handles: list[workflow.ChildWorkflowHandle[Any, DelegationResult]] = list(
+            await asyncio.gather(
+                *(
+                    workflow.start_child_workflow(
+                        DelegationWorkflow.run,
+                        DelegationRequest(
+                            agent_id=start.agent_id,
+                            parent_task_id=start.task_id,
+                            target=target,
+                            message={"messageId": f"{start.task_id}:{number}:{key}", **message},
+                            participant=participant,
+                            parent_context_id=start.context_id,
+                        ),
+                        id=f"{start.task_id}:delegate:{number}:{key}",
+                        task_queue=workflow.info().task_queue,
+                    )
+                    for key, target, message in sends
+                )
             )
-            handle = await workflow.start_child_workflow(
-                DelegationWorkflow.run,
-                request,
-                id=f"{start.task_id}:delegate:{number}:{key}",
-                task_queue=workflow.info().task_queue,
-            )
-            handles.append(handle)
-        await workflow.wait_condition(
-            lambda: all(h.done() for h in handles) or self._cancel_requested
         )
+
+        def waiting() -> bool:
+            return not all(h.done() for h in handles) and not self._cancel_requested
+
+        # The task waits, maybe long: past a moment, readers learn that it delegates (and, as
+        # they come, what the other agents relay) from the index, while the stand-ins run.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await workflow.wait_condition(lambda: not waiting(), timeout=_QUICK_DELEGATION)
+        while waiting():
+            if self._last_seq() > self._indexed_seq:
+                await self._checkpoint(start)
+            await workflow.wait_condition(
+                lambda: not waiting() or self._last_seq() > self._indexed_seq
+            )
         if self._cancel_requested:
             for handle in handles:
                 if not handle.done():

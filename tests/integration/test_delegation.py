@@ -32,6 +32,7 @@ from a2a.types import (
 from google.protobuf.json_format import MessageToDict
 
 from harness_core import (
+    Ask,
     Complete,
     Delegate,
     Delegation,
@@ -167,6 +168,135 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
     assert len(tokens) == (2 if updates == "push" else 0)
     assert len(hooks) == (1 if updates == "push" else 0)
     assert all(len(d) == 64 for (d,) in tokens)
+
+
+@pytest.mark.parametrize("updates", ["stream", "push", "follow"])
+async def test_the_delegating_task_streams_the_progress_of_the_agents_it_asked(
+    tmp_path, temporal_address, updates
+):
+    """Given a → b → d, where b says "asking d" as it delegates and d says "d is thinking"
+    before it answers (held until a's stream showed b's word), when a's participant streams a
+    message to a, then a's stream shows b's progress (``path`` [b]) once, and d's through b
+    ([b, d]) once where the updates carry every event (stream, push; a follow reads only the
+    latest status), before a's answer."""
+    gate = Gate()
+    ids = {name: unique_id(name) for name in "abd"}
+
+    async def a(ctx: TurnContext) -> TurnResult:
+        if ctx.number == 1:
+            return Delegate(Delegation(ids["b"], "go"), message="asking b")
+        return Complete(ctx.new_messages[-1].text)
+
+    async def b(ctx: TurnContext) -> TurnResult:
+        if ctx.number == 1:
+            return Delegate(Delegation(ids["d"], "think"), message="asking d")
+        return Complete(f"b: {ctx.new_messages[-1].text}")
+
+    async def d(ctx: TurnContext) -> TurnResult:
+        await ctx.progress("step:1", "d is thinking")
+        await gate.pass_through()
+        return Complete("42")
+
+    harnesses = [
+        Harness(
+            agent_settings(
+                tmp_path / name,
+                temporal_address,
+                ids[name],
+                push={"allow_hosts": ["127.0.0.1"]},
+                delegation={"stream_for": "2s" if updates == "stream" else 0},
+            ),
+            agent=agent,
+            prefix=f"/agents/{ids[name]}",
+            routes=RouteOptions(push=updates == "push"),
+        )
+        for name, agent in (("a", a), ("b", b), ("d", d))
+    ]
+    relayed: list[tuple[tuple[str, ...], str, str]] = []
+    final = None
+    async with (
+        serving(*harnesses) as url,
+        a2a_client(f"{url}/agents/{ids['a']}", headers={"X-Participant-Id": "alice"}) as client,
+    ):
+        with anyio.fail_after(60):
+            async for event in client.send_message(
+                SendMessageRequest(message=user_message("what do we know?"))
+            ):
+                if not event.HasField("status_update"):
+                    continue
+                status = MessageToDict(event.status_update.status)
+                message = status.get("message", {})
+                delegation = message.get("metadata", {}).get("harness.delegation")
+                if delegation is not None:
+                    text = message["parts"][0]["text"]
+                    relayed.append((tuple(delegation["path"]), text, message["messageId"]))
+                    assert delegation["agent"] == ids["b"] and delegation["taskId"]
+                    if text == "asking d":
+                        gate.release()
+                final = status
+    assert final is not None and final["state"] == "TASK_STATE_COMPLETED"
+    assert final["message"]["parts"][0]["text"] == "b: 42"
+    shown = [(path, text) for path, text, _ in relayed]
+    assert shown.count(((ids["b"],), "asking d")) == 1
+    if updates != "follow":
+        assert shown.count(((ids["b"], ids["d"]), "d is thinking")) == 1
+    assert len({message_id for _, _, message_id in relayed}) == len(relayed)
+
+
+@pytest.mark.parametrize("updates", ["stream", "follow"])
+async def test_a_answers_the_question_of_the_agent_it_asked(tmp_path, temporal_address, updates):
+    """Given d asks a question before it answers, when a delegates to d, then a's next turn gets
+    d's question (INPUT_REQUIRED, with d's task id), a answers it by continuing d's task, and a
+    completes with d's answer: d's standing question is never taken for its answer."""
+    a_id, d_id = unique_id("a"), unique_id("d")
+    heard: list[tuple[str, str]] = []
+
+    async def a(ctx: TurnContext) -> TurnResult:
+        last = ctx.new_messages[-1]
+        if ctx.number == 1:
+            return Delegate(Delegation(d_id, "pick a colour"))
+        info = last.metadata["harness.delegation"]
+        heard.append((info["state"], last.text))
+        if info["state"] == "TASK_STATE_INPUT_REQUIRED":
+            return Delegate(Delegation(d_id, "blue", task_id=info["taskId"]))
+        return Complete(f"d chose {last.text}")
+
+    async def d(ctx: TurnContext) -> TurnResult:
+        if ctx.number == 1:
+            return Ask("light or dark?")
+        await anyio.sleep(0.3)  # the question stays d's status meanwhile
+        return Complete(f"{ctx.new_messages[-1].text}, dark")
+
+    harnesses = [
+        Harness(
+            agent_settings(
+                tmp_path / name,
+                temporal_address,
+                agent_id,
+                delegation={"stream_for": "2s" if updates == "stream" else 0},
+            ),
+            agent=agent,
+            prefix=f"/agents/{agent_id}",
+            routes=RouteOptions(push=False),
+        )
+        for name, agent_id, agent in (("a", a_id, a), ("d", d_id, d))
+    ]
+    async with (
+        serving(*harnesses) as url,
+        a2a_client(f"{url}/agents/{a_id}", streaming=False) as client,
+    ):
+        [event] = [
+            e
+            async for e in client.send_message(
+                SendMessageRequest(message=user_message("choose for me"))
+            )
+        ]
+    assert event.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert event.task.status.message.parts[0].text == "d chose blue, dark"
+    assert heard == [
+        ("TASK_STATE_INPUT_REQUIRED", "light or dark?"),
+        ("TASK_STATE_COMPLETED", "blue, dark"),
+    ]
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
