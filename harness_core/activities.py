@@ -94,6 +94,7 @@ class AgentActivities:
         ended_ttl: float = 0.0,
         delegation: DelegationActivities | None = None,
         push: PushActivities | None = None,
+        delegates: Callable[[], list[tuple[str, str]]] = list,
     ) -> None:
         self.agent_id = agent_id
         self.agent = agent
@@ -105,6 +106,8 @@ class AgentActivities:
         self._doomed: set[str] = set()
         self.delegation = delegation
         self.push = push
+        # The agents a turn may delegate to, with what they say of themselves.
+        self.delegates = delegates
 
     def _check_agent(self, agent_id: str, what: str) -> None:
         """Refuse work of another agent: it reaches this worker only when two agents (in two
@@ -172,6 +175,7 @@ class AgentActivities:
             new_ids=request.new_ids,
             blobs=self.blobs,
             publish=partial(LIVE.publish, self.agent_id, request.task_id),
+            agents=dict(self.delegates()),
         )
 
     @activity.defn(name=RUN_TURN)

@@ -132,7 +132,9 @@ class RemoteAgentConfig:
     id: str  # the id turns use to name it (Delegation(to=id))
     url: str  # its A2A base URL (where its card is, under /.well-known/agent-card.json)
     tenant: str | None = None  # the tenant to send as, if its endpoint serves several
-    updates: Literal["push", "follow"] = "push"  # push: it pushes to us (if its card offers it)
+    # stream: read on the send's stream for [delegation] stream_for, then as push (or follow)
+    # would; push: it pushes to us from the start (if its card offers it); follow: we read.
+    updates: Literal["stream", "push", "follow"] = "stream"
     # Headers to send, by name; each value is the NAME of an environment variable holding it.
     headers: tuple[str, ...] = ()
 

@@ -176,7 +176,9 @@ class DelegationActivities:
                     )
                     stale = status_key(MessageToDict(task.status))
                 result = None
-                if self.stream_for > 0 and card.capabilities.streaming:
+                remote = self.remote(request.target)
+                streamed = remote is None or remote.updates == "stream"
+                if streamed and self.stream_for > 0 and card.capabilities.streaming:
                     result = await self._stream(request, http, url, message, stale)
                     if not result.remote_task_id and result.state not in _SETTLED:
                         result = None  # no answer in time, not even the task: send again

@@ -265,6 +265,7 @@ class Harness:
                                 allow=settings.push.allow_hosts,
                                 timeout=settings.push.timeout,
                             ),
+                            delegates=self._delegates,
                         )
                         async with anyio.create_task_group() as tg:
                             queue = settings.effective_task_queue

@@ -1153,6 +1153,9 @@ class DelegationWorkflow:
     the other agent's pushes to this stand-in, or by reading it (GetTask, backing off) until it
     settles (answered, asking, ended). The other agent's progress on the way is relayed to the
     delegating task. Canceled with its parent, it cancels the remote task.
+
+    It runs outside the sandbox (creating a sandboxed workflow costs ~10 ms, paid on every
+    delegation): it calls nothing but Temporal's workflow API and pure functions of ``payloads``.
     """
 
     def __init__(self) -> None:

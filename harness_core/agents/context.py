@@ -52,8 +52,10 @@ class ActivityTurnContext:
         new_ids: Sequence[str],
         blobs: BlobStore,
         publish: Callable[[str, ProtoJSON], None] | None = None,
+        agents: Mapping[str, str] | None = None,
     ) -> None:
         self._task_id = task_id
+        self._agents: Mapping[str, str] = agents or {}
         self._context_id = context_id
         self._number = number
         self._history = history
@@ -93,6 +95,10 @@ class ActivityTurnContext:
     @property
     def new_messages(self) -> tuple[TurnMessage, ...]:
         return self._new
+
+    @property
+    def agents(self) -> Mapping[str, str]:
+        return self._agents
 
     def message_json(self, key: str, parts: tuple[Part, ...]) -> ProtoJSON:
         return {

@@ -227,6 +227,12 @@ class TurnContext(Protocol):
         """The user messages this turn answers (one, or several sent while the last turn ran)."""
         ...
 
+    @property
+    def agents(self) -> Mapping[str, str]:
+        """The agents this one may delegate to (``Delegation(to=...)``), by id: what each says
+        of itself (its name, description and skills)."""
+        ...
+
     async def progress(self, key: str, message: str | Part | Sequence[Part]) -> None:
         """A WORKING status update whose message id is ``<task id>:<key>``."""
         ...

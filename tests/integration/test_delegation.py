@@ -64,6 +64,7 @@ class Team:
         self.seen: dict[str, list[tuple[str | None, str]]] = collections.defaultdict(list)
         self._lock = threading.Lock()
         self.ids = {name: unique_id(name) for name in "abcd"}
+        self.targets: dict[str, str] = {}  # what a's turn context said of the other agents
 
     def _count(self, name: str, ctx: TurnContext) -> None:
         with self._lock:
@@ -72,6 +73,7 @@ class Team:
 
     async def a(self, ctx: TurnContext) -> TurnResult:
         self._count("a", ctx)
+        self.targets = dict(ctx.agents)
         if ctx.number == 1:
             return Delegate(
                 [
@@ -143,6 +145,9 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
     assert task.status.message.parts[0].text == "b heard: d says 42 | c says blue"
     assert team.turns == {"a": 2, "b": 2, "c": 1, "d": 1}
     b_id, c_id = team.ids["b"], team.ids["c"]
+    # The turn context names every agent a may delegate to, with what it says of itself.
+    assert sorted(team.targets) == sorted(team.ids[name] for name in "bcd")
+    assert team.targets[b_id].startswith(b_id)
     assert sorted(team.seen["a"][1:]) == [
         (f"agent:{b_id}", "b heard: d says 42"),
         (f"agent:{c_id}", "c says blue"),
@@ -406,7 +411,7 @@ def test_the_team_survives_a_sigkill_while_d_thinks_and_no_turn_completes_twice(
     assert started["d"] == 2  # the killed attempt, and the one after the restart
 
 
-@pytest.mark.parametrize("updates", ["push", "follow"])
+@pytest.mark.parametrize("updates", ["stream", "push", "follow"])
 async def test_an_agent_named_in_agents_is_reached_at_its_url_with_the_configured_headers(
     tmp_path, temporal_address, monkeypatch, updates
 ):

@@ -16,7 +16,17 @@ from a2a.types import CancelTaskRequest, SendMessageRequest, TaskState
 from google.protobuf.json_format import MessageToDict
 from temporalio.client import Client
 
-from harness_core import Ask, Complete, DataPart, Harness, Reply, TurnContext
+from harness_core import (
+    Ask,
+    Complete,
+    DataPart,
+    Delegate,
+    Delegation,
+    Harness,
+    Reply,
+    RouteOptions,
+    TurnContext,
+)
 from harness_core.agents.turn import Artifact, TurnResult
 from harness_core.store import content_digest
 from harness_core.tasks import derive_task_id
@@ -145,3 +155,35 @@ async def test_record_a_failing_agent(make_harness):
         task = await send_blocking(client, user_message("fail please"))
         assert task.status.state == TaskState.TASK_STATE_FAILED
         await save(harness, task.id, "failure")
+
+
+@pytest.mark.parametrize("updates", ["stream", "follow"])
+async def test_record_a_delegation(make_harness, updates):
+    """a delegates to b: with "stream", b's progress comes with its answer on the send's stream;
+    with "follow", the stand-in reads b's task until it completes."""
+    b_id = "rec-b-" + updates
+
+    async def a(ctx: TurnContext) -> TurnResult:
+        if ctx.number == 1:
+            return Delegate(Delegation(b_id, "go"), message="asking b")
+        return Complete(f"b said {ctx.new_messages[-1].text}")
+
+    async def b(ctx: TurnContext) -> TurnResult:
+        await ctx.progress("step:1", "b is on it")
+        await anyio.sleep(0.8)  # past a's quick wait: a writes its waiting state to the index
+        return Complete("done")
+
+    stream_for = {"stream_for": "2s" if updates == "stream" else 0}
+    routes = {"routes": RouteOptions(push=False)}
+    a_harness = make_harness(
+        a, "rec-a-" + updates, options={"prefix": "/a", **routes}, delegation=stream_for
+    )
+    b_harness = make_harness(b, b_id, options={"prefix": f"/{b_id}"})
+    async with (
+        serving(a_harness, b_harness) as url,
+        a2a_client(f"{url}/a", streaming=False) as client,
+    ):
+        task = await send_blocking(client, user_message("ask b"))
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        await save(a_harness, task.id, f"delegate-{updates}")
+        await save(a_harness, f"{task.id}:delegate:1:1", f"delegate-{updates}-standin")

@@ -12,7 +12,7 @@ from temporalio.worker import Replayer
 
 from harness_core.converter import data_converter
 from harness_core.worker import workflow_runner
-from harness_core.workflows import HeartbeatWorkflow, TaskWorkflow
+from harness_core.workflows import DelegationWorkflow, HeartbeatWorkflow, TaskWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -26,14 +26,22 @@ def anyio_backend() -> str:
 
 def test_there_are_recorded_histories_of_every_kind() -> None:
     kinds = {path.name.rsplit("-", 1)[0] for path in HISTORIES}
-    assert kinds >= {"ask-answer", "llm-tools", "continue-as-new", "cancel", "failure"}
+    assert kinds >= {
+        "ask-answer",
+        "llm-tools",
+        "continue-as-new",
+        "cancel",
+        "failure",
+        "delegate-stream",
+        "delegate-follow-standin",
+    }
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_a_recorded_history_replays_on_the_current_workflow(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, await anyio.Path(path).read_text())
     replayer = Replayer(
-        workflows=[TaskWorkflow, HeartbeatWorkflow],
+        workflows=[TaskWorkflow, HeartbeatWorkflow, DelegationWorkflow],
         data_converter=data_converter,
         workflow_runner=workflow_runner(),
     )
