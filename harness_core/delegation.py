@@ -4,8 +4,11 @@ a2a-sdk's client, follow its task, and cancel it.
 The same path serves an agent of this group (reached at its public URL) and one elsewhere: every
 call is A2A over HTTP. A target is an agent id; ``Peers`` turns it into a base URL (the group's own
 agents, each at its public URL). The message id is derived from the delegating task, its turn and
-the delegation's place in it, so a retried send reaches the same remote task (the remote agent
-derives its task id from the message) and the remote model runs once.
+the delegation's place in it, so a retried send reaches the same remote task (an agent of this
+runtime derives its task id from the message) and the remote model runs once.
+
+Failures are ``ApplicationError``s in our own words (``REFUSED``: not retried; ``UNREACHABLE``:
+retried); the other side's text never reaches the delegating task.
 """
 
 from __future__ import annotations
@@ -63,6 +66,11 @@ log = logging.getLogger("harness.delegation")
 
 #: The most progress statuses one streamed send relays (the latest).
 MAX_RELAYED = 32
+#: A followed task's progress is relayed at most this often (seconds).
+RELAY_EVERY = 1.0
+#: Failure types of the delegation activities: their messages are ours, safe to show.
+REFUSED = "DelegationRefused"
+UNREACHABLE = "DelegationUnreachable"
 
 #: Resolves an agent id to the base URL of its A2A endpoint (None: no such agent).
 Peers = Callable[[str], "str | None"]
@@ -130,7 +138,7 @@ class DelegationActivities:
                 raise ApplicationError(
                     f"the variable {variable} named in the headers of agent {request.target} "
                     "([[agents]]) is not set",
-                    type="DelegationRefused",
+                    type=REFUSED,
                     non_retryable=True,
                 )
             headers[name] = value
@@ -157,39 +165,46 @@ class DelegationActivities:
         return TaskPushNotificationConfig(id=standin, url=base + standin, token=token)
 
     @activity.defn(name="delegate_send")
-    async def delegate_send(self, request: DelegationRequest) -> DelegationResult:
+    async def delegate_send(self, request: DelegationRequest, stale: str = "") -> DelegationResult:
         """Send the message. First the answer is followed on the send's own stream, for up to
         ``stream_for`` seconds (most answers come in that time, with no push or poll); a task
         still running then is followed by pushes to the stand-in when the other agent offers
-        them, else by ``delegate_wait``."""
+        them, else by ``delegate_wait``. ``stale``: the ``status_key`` of the status the task
+        the message continues had before it (``delegate_status``), which is no answer."""
         url = self._url(request.target)
         message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
         try:
             async with self._http(request) as http:
                 card = await self._card(http, url)
-                stale = ""
-                if message.task_id:
-                    # It answers the other agent's question: until that task's status changes,
-                    # the question is all there is to read, not an answer.
-                    task = await (await self._client(http, url)).get_task(
-                        GetTaskRequest(id=message.task_id, tenant=self._tenant(request.target))
-                    )
-                    stale = status_key(MessageToDict(task.status))
-                result = None
                 remote = self.remote(request.target)
                 streamed = remote is None or remote.updates == "stream"
                 if streamed and self.stream_for > 0 and card.capabilities.streaming:
                     result = await self._stream(request, http, url, message, stale)
-                    if not result.remote_task_id and result.state not in _SETTLED:
-                        result = None  # no answer in time, not even the task: send again
-                    elif result.state not in _SETTLED:
-                        result = await self._ask_for_pushes(request, http, url, card, result)
-                if result is None:
-                    # The same message id reaches the same task: a second send changes nothing.
+                    if result.state not in _SETTLED:
+                        result = await self._ask_for_pushes(request, http, url, card, result, stale)
+                else:
                     result = await self._send(request, http, url, card, message, stale)
                 return attrs.evolve(result, stale=stale)
         except A2AError as error:
             raise _refused(request.target, error) from None
+
+    @activity.defn(name="delegate_status")
+    async def delegate_status(self, request: DelegationRequest) -> str:
+        """The ``status_key`` of the task that ``request``'s message continues, before it is
+        sent: while the task shows that status (its question), the other agent has not answered."""
+        url = self._url(request.target)
+        try:
+            async with self._http(request) as http:
+                client = await self._client(http, url)
+                task = await client.get_task(
+                    GetTaskRequest(
+                        id=str(request.message.get("taskId", "")),
+                        tenant=self._tenant(request.target),
+                    )
+                )
+        except A2AError as error:
+            raise _refused(request.target, error) from None
+        return status_key(MessageToDict(task.status))
 
     async def _stream(
         self,
@@ -206,7 +221,10 @@ class DelegationActivities:
         result = DelegationResult(target=request.target, remote_task_id="", state="")
         events: list[TaskEvent] = []
         progress: list[ProtoJSON] = []
-        with anyio.move_on_after(self.stream_for):
+        deadline = anyio.current_time() + self.stream_for
+        # The stream is read for ``stream_for`` once it named the task (until then, up to the
+        # HTTP timeout): a task is never left unknown, so the message is never sent twice.
+        with anyio.CancelScope() as scope:
             stream = client.send_message(
                 SendMessageRequest(message=message, tenant=self._tenant(request.target))
             )
@@ -215,12 +233,19 @@ class DelegationActivities:
                     if event.HasField("message"):
                         return _from_message(request.target, event.message)
                     result, status = _apply(result, event, events, stale)
+                    if result.remote_task_id:
+                        scope.deadline = deadline
                     if result.state in _SETTLED:
                         break
                     if status is not None and "message" in status:
                         status = relayable(status)
                         progress.append(status)
                         self._show(request, result, status)
+        if not result.remote_task_id:
+            raise ApplicationError(
+                f"agent {request.target} answered the message with no task",
+                type=UNREACHABLE,
+            )
         # A chatty agent's latest progress is enough to relay.
         progress = progress[-MAX_RELAYED:]
         return attrs.evolve(
@@ -251,6 +276,8 @@ class DelegationActivities:
                 "contextId": request.parent_context_id,
                 "status": shown,
             },
+            # Not kept for streams that join later: no turn of the task ends to forget it.
+            keep=False,
         )
 
     async def _ask_for_pushes(
@@ -260,6 +287,7 @@ class DelegationActivities:
         url: str,
         card: AgentCard,
         result: DelegationResult,
+        stale: str,
     ) -> DelegationResult:
         """The task outlived the stream: register the stand-in's webhook for it (when pushes
         are on), then read it once, so no update between the stream and the webhook is lost."""
@@ -284,7 +312,7 @@ class DelegationActivities:
                 )
         task = await client.get_task(GetTaskRequest(id=result.remote_task_id, tenant=tenant))
         return attrs.evolve(
-            _from_task(request.target, task, result.stale), pushed=pushed, progress=result.progress
+            _from_task(request.target, task, stale), pushed=pushed, progress=result.progress
         )
 
     async def _send(
@@ -323,7 +351,7 @@ class DelegationActivities:
             config = None
             events = [event async for event in client.send_message(send)]
         if not events:
-            raise ApplicationError(f"agent {request.target} answered nothing")
+            raise ApplicationError(f"agent {request.target} answered nothing", type=UNREACHABLE)
         last = events[-1]
         if last.HasField("message"):
             return _from_message(request.target, last.message)
@@ -331,29 +359,35 @@ class DelegationActivities:
 
     @activity.defn(name="delegate_wait")
     async def delegate_wait(
-        self, request: DelegationRequest, task_id: str, seen: str = ""
+        self, request: DelegationRequest, task_id: str, seen: str = "", relay: bool = True
     ) -> DelegationResult:
-        """Follow the other agent's task until it settles, or shows a status with a message
-        (progress, which the stand-in relays before it waits again); a status whose
-        ``status_key`` is ``seen`` is old news. GetTask every 20 ms at first, backing off to
-        2 s, heartbeating (a worker that dies is noticed, and the wait picks up again)."""
+        """Follow the other agent's task until it settles, or (``relay``, at most every
+        ``RELAY_EVERY`` seconds) shows a status with a message: progress, which the stand-in
+        relays before it waits again. A status whose ``status_key`` is ``seen`` is old news.
+        GetTask every 20 ms at first, backing off to 2 s, heartbeating (a worker that dies is
+        noticed, and the wait picks up again)."""
         url = self._url(request.target)
         delay = 0.02
-        async with self._http(request) as http:
-            client = await self._client(http, url)
-            while True:
-                activity.heartbeat()
-                task = await client.get_task(
-                    GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
-                )
-                result = _from_task(request.target, task, seen)
-                if result.state in _SETTLED:
-                    return result
-                status = MessageToDict(task.status)
-                if "message" in status and status_key(status) != seen:
-                    return attrs.evolve(result, progress=(relayable(status),))
-                await anyio.sleep(delay)
-                delay = min(delay * 1.5, 2.0)
+        since = anyio.current_time()
+        try:
+            async with self._http(request) as http:
+                client = await self._client(http, url)
+                while True:
+                    activity.heartbeat()
+                    task = await client.get_task(
+                        GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
+                    )
+                    result = _from_task(request.target, task, seen)
+                    if result.state in _SETTLED:
+                        return result
+                    status = MessageToDict(task.status)
+                    news = "message" in status and status_key(status) != seen
+                    if relay and news and anyio.current_time() - since >= RELAY_EVERY:
+                        return attrs.evolve(result, progress=(relayable(status),))
+                    await anyio.sleep(delay)
+                    delay = min(delay * 1.5, 2.0)
+        except A2AError as error:
+            raise _refused(request.target, error) from None
 
     @activity.defn(name="delegate_poll")
     async def delegate_poll(
@@ -364,17 +398,20 @@ class DelegationActivities:
         url = self._url(request.target)
         delay = 0.01
         deadline = anyio.current_time() + patience
-        async with self._http(request) as http:
-            client = await self._client(http, url)
-            while True:
-                task = await client.get_task(
-                    GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
-                )
-                result = _from_task(request.target, task, seen)
-                if result.state in _SETTLED or anyio.current_time() >= deadline:
-                    return result
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 0.5)
+        try:
+            async with self._http(request) as http:
+                client = await self._client(http, url)
+                while True:
+                    task = await client.get_task(
+                        GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
+                    )
+                    result = _from_task(request.target, task, seen)
+                    if result.state in _SETTLED or anyio.current_time() >= deadline:
+                        return result
+                    await anyio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+        except A2AError as error:
+            raise _refused(request.target, error) from None
 
     @activity.defn(name="delegate_cancel")
     async def delegate_cancel(self, request: DelegationRequest, task_id: str) -> None:
@@ -389,19 +426,39 @@ class DelegationActivities:
                 log.info("canceling task %s of agent %s: %s", task_id, request.target, error)
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.delegate_send, self.delegate_wait, self.delegate_poll, self.delegate_cancel]
+        return [
+            self.delegate_send,
+            self.delegate_status,
+            self.delegate_wait,
+            self.delegate_poll,
+            self.delegate_cancel,
+        ]
 
 
 def _refused(target: str, error: A2AError) -> Exception:
-    """An A2A error of a send: the other agent refused the message (not retried), or the call
-    failed on the way (retried: unreachable, timed out, its server's own failure)."""
-    if isinstance(error, A2AClientError | InternalError):
-        return ApplicationError(f"agent {target} could not be reached ({type(error).__name__})")
-    return ApplicationError(
-        f"agent {target} refused the message ({type(error).__name__})",
-        type="DelegationRefused",
-        non_retryable=True,
+    """An A2A error of a call to another agent, in our words only (never the other side's): it
+    refused (not retried: a JSON-RPC error, or an HTTP 4xx other than 408, 425 and 429), or the
+    call failed on the way (retried: unreachable, timed out, its server's own failure)."""
+    status = _http_status(error)
+    refused = not isinstance(error, A2AClientError | InternalError) or (
+        status is not None and 400 <= status < 500 and status not in (408, 425, 429)
     )
+    what = f"HTTP {status}" if status is not None else type(error).__name__
+    if refused:
+        return ApplicationError(
+            f"agent {target} refused the call ({what})", type=REFUSED, non_retryable=True
+        )
+    return ApplicationError(f"agent {target} could not be reached ({what})", type=UNREACHABLE)
+
+
+def _http_status(error: BaseException) -> int | None:
+    """The HTTP status behind a client error, if one is."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, httpx.HTTPStatusError):
+            return cause.response.status_code
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _apply(

@@ -121,16 +121,20 @@ class LiveHub:
                     if not subscriptions:
                         del self._subscriptions[key]
 
-    def publish(self, agent_id: str, task_id: str, kind: str, body: dict[str, Any]) -> None:
-        """An event of a running turn (from any thread)."""
+    def publish(
+        self, agent_id: str, task_id: str, kind: str, body: dict[str, Any], *, keep: bool = True
+    ) -> None:
+        """An event of a running turn, or (``keep`` false: not shown to streams that subscribe
+        later) of a delegation of the task. From any thread."""
         key = (agent_id, task_id)
         event = LiveEvent(kind=kind, body=body)
         with self._lock:
-            kept, complete = self._kept.setdefault(key, ([], True))
-            if complete and len(kept) < MAX_KEPT:
-                kept.append(event)
-            elif complete:
-                self._kept[key] = ([], False)
+            if keep:
+                kept, complete = self._kept.setdefault(key, ([], True))
+                if complete and len(kept) < MAX_KEPT:
+                    kept.append(event)
+                elif complete:
+                    self._kept[key] = ([], False)
             subscriptions = list(self._subscriptions.get(key, ()))
         for subscription in subscriptions:
             subscription._push(event)  # pyright: ignore[reportPrivateUsage]

@@ -15,7 +15,7 @@ continues as new, carrying only a :class:`TaskCarry`.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 
@@ -296,15 +296,25 @@ def relayable(status: ProtoJSON) -> ProtoJSON:
     """Another agent's status as it may be relayed: whole, or without its message's parts."""
     if len(json.dumps(status, separators=(",", ":"))) <= RELAY_BYTES:
         return status
-    message: ProtoJSON = {**(status.get("message") or {})}
+    message: ProtoJSON = {**_table(status.get("message"))}
     message["parts"] = [{"text": "(a progress message too large to relay)"}]
     return {**status, "message": message}
 
 
+def _table(value: Any) -> ProtoJSON:
+    """``value`` when it is a JSON object, else an empty one (another agent's JSON is not
+    trusted to have the shape A2A gives it)."""
+    return cast("ProtoJSON", value) if isinstance(value, dict) else {}
+
+
+def _items(value: Any) -> list[Any]:
+    return cast("list[Any]", value) if isinstance(value, list) else []
+
+
 def status_key(status: ProtoJSON) -> str:
     """What tells one status of a task from another: its state, message and time."""
-    message: ProtoJSON = status.get("message") or {}
-    return f"{status.get('state', '')}|{message.get('messageId', '')}|{status.get('timestamp', '')}"
+    message_id = _table(status.get("message")).get("messageId", "")
+    return f"{status.get('state', '')}|{message_id}|{status.get('timestamp', '')}"
 
 
 def relayed_status(progress: DelegationProgress, task_id: str, context_id: str) -> ProtoJSON:
@@ -313,15 +323,14 @@ def relayed_status(progress: DelegationProgress, task_id: str, context_id: str) 
     agents it came through, the one that said it last). The message id is derived from the
     stand-in and the remote message, so the live copy and the durable one are the same event."""
     status = progress.status
-    remote: ProtoJSON = status.get("message") or {}
-    metadata: ProtoJSON = remote.get("metadata") or {}
-    inner: ProtoJSON = metadata.get("harness.delegation") or {}
-    path = [progress.target, *(inner.get("path") or ())]
+    remote = _table(status.get("message"))
+    inner = _table(_table(remote.get("metadata")).get("harness.delegation"))
+    path = [progress.target, *(p for p in _items(inner.get("path")) if isinstance(p, str))]
     state = str(status.get("state", ""))
     message: ProtoJSON = {
         "messageId": f"{progress.stand_in}:{remote.get('messageId') or state}",
         "role": "ROLE_AGENT",
-        "parts": list(remote.get("parts") or ()),
+        "parts": [p for p in _items(remote.get("parts")) if isinstance(p, dict)],
         "taskId": task_id,
         "contextId": context_id,
         "metadata": {

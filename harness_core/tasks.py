@@ -29,6 +29,8 @@ from typing import Any, TypeVar, cast
 
 import anyio
 import attrs
+from a2a.types import TaskStatus
+from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -76,7 +78,8 @@ T = TypeVar("T")
 # How often a stream polls a quiet task's durable log: soon after a change, then backing off.
 FOLLOW_FIRST_DELAY = 0.02
 FOLLOW_MAX_DELAY = 0.5
-# After a turn of the task ended in this process: its outcome is durable within milliseconds.
+# After a turn of the task ended in this process (its outcome is durable within milliseconds),
+# or its store entry was written here: a stream reads the task again this soon.
 AFTER_TURN_DELAY = 0.004
 #: The largest message (as JSON, large parts by reference) a task accepts.
 MAX_MESSAGE_BYTES = 256 * 1024
@@ -485,8 +488,16 @@ class TaskService:
                 return False
         except RPCError:
             return False
-        update = cast("ProtoJSON", body.get("statusUpdate") or body.get("task") or {})
-        status = relayable(cast("ProtoJSON", update.get("status") or {}))
+        update: object = body.get("statusUpdate") or body.get("task") or {}
+        try:
+            # Another agent's JSON, in the shape A2A gives a status (and our rendering of it).
+            raw = cast("ProtoJSON", update).get("status") if isinstance(update, dict) else None
+            status: ProtoJSON = MessageToDict(
+                ParseDict(raw or {}, TaskStatus(), ignore_unknown_fields=True)
+            )
+        except (ParseError, TypeError, ValueError):
+            return True  # nothing a stand-in can use; the token was right, so no 401
+        status = relayable(status)
         state = str(status.get("state", ""))
         if not state:
             return True  # an artifact, say: the stand-in reads the task once it settles

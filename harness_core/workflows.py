@@ -87,6 +87,7 @@ CHECKPOINT = "checkpoint"
 STORE_RECORD = "store_record"
 HEARTBEAT = "heartbeat"
 DELEGATE_SEND = "delegate_send"
+DELEGATE_STATUS = "delegate_status"
 DELEGATE_POLL = "delegate_poll"
 DELEGATE_WAIT = "delegate_wait"
 DELEGATE_CANCEL = "delegate_cancel"
@@ -116,6 +117,8 @@ _LOCAL_STORE_RECORD = "store-record-local"
 _INDEX_CHECKPOINT = "index-checkpoint"
 # A task waiting for input expires after [retention] idle_timeout.
 _IDLE_EXPIRY = "idle-expiry"
+# A stand-in continuing a remote task notes the task's status before it sends.
+_DELEGATION_STALE = "delegation-stale"
 INTERRUPTED_STATES = frozenset({"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"})
 #: The failure type of a turn stopped because a client canceled the task (the activity saw it in
 #: the listing index before the workflow's cancel signal arrived).
@@ -128,6 +131,10 @@ _MAX_ASKED_DELAY = 60.0
 _HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # Stand-ins that answer within this time do not write their task's waiting state to the index.
 _QUICK_DELEGATION = timedelta(seconds=0.5)
+#: The most progress statuses one stand-in relays to its delegating task.
+MAX_STAND_IN_RELAYS = 100
+# The failure types of the delegation activities, whose messages are ours (delegation.py).
+_DELEGATION_FAILURES = frozenset({"UnknownAgent", "DelegationRefused", "DelegationUnreachable"})
 
 
 def task_closed_message(task_id: str, state: str) -> str:
@@ -479,8 +486,9 @@ class TaskWorkflow:
         )
 
     async def _checkpoint(self, start: TaskStart) -> None:
-        """The task rests (waiting for input): the index learns its state and last answer, in the
-        workflow task that ended the turn."""
+        """The index learns the task's state and what happened since its last write: when the
+        task rests (waiting for input), in the workflow task that ended the turn, and while a
+        turn waits for other agents."""
         entry = self._index_entry(start, self._persisted, len(self._history))
         try:
             await workflow.execute_local_activity(
@@ -1160,6 +1168,7 @@ class DelegationWorkflow:
 
     def __init__(self) -> None:
         self._pushes: list[ProtoJSON] = []  # pushed statuses not looked at yet
+        self._relays = 0  # statuses relayed to the delegating task
 
     @workflow.signal
     def pushed(self, state: str, status: ProtoJSON | None = None) -> None:
@@ -1176,10 +1185,21 @@ class DelegationWorkflow:
         )
         remote_task_id = ""
         try:
+            stale = ""
+            if request.message.get("taskId") and workflow.patched(_DELEGATION_STALE):
+                # It answers the other agent's question: the question's status, noted once
+                # before the send (a retried send must not take the answer for the question).
+                stale = await workflow.execute_local_activity(
+                    DELEGATE_STATUS,
+                    request,
+                    result_type=str,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=retry,
+                )
             # Short calls run as local activities: no round trip through the task queue.
             result: DelegationResult = await workflow.execute_local_activity(
                 DELEGATE_SEND,
-                request,
+                args=[request, stale],
                 result_type=DelegationResult,
                 # The send reads the answer on its stream for at most a few seconds.
                 start_to_close_timeout=timedelta(seconds=90),
@@ -1202,9 +1222,9 @@ class DelegationWorkflow:
                     p for p in pushes if "message" in p and p.get("state") not in SETTLED_STATES
                 ]
                 if news:
-                    seen = await self._relay(
-                        request, attrs.evolve(result, progress=tuple(news)), seen
-                    )
+                    # The latest of a batch is enough to show.
+                    latest = attrs.evolve(result, progress=tuple(news[-1:]))
+                    seen = await self._relay(request, latest, seen)
                 settled = any(p.get("state") in SETTLED_STATES for p in pushes)
                 if pushes and not settled:
                     silence = 60.0
@@ -1224,7 +1244,7 @@ class DelegationWorkflow:
                 # heartbeating.
                 result = await workflow.execute_activity(
                     DELEGATE_WAIT,
-                    args=[request, remote_task_id, seen],
+                    args=[request, remote_task_id, seen, self._relays < MAX_STAND_IN_RELAYS],
                     result_type=DelegationResult,
                     start_to_close_timeout=timedelta(days=1),
                     heartbeat_timeout=_HEARTBEAT_TIMEOUT,
@@ -1237,9 +1257,12 @@ class DelegationWorkflow:
             # A local activity's failure arrives as the ApplicationError itself.
             cause = error.__cause__ if isinstance(error, ActivityError) else error
             if not isinstance(cause, CancelledError):
-                why = cause.message if isinstance(cause, ApplicationError) else "unreachable"
+                # Only our own words: anything else may carry the other side's text.
+                why = "it could not be reached"
+                if isinstance(cause, ApplicationError) and cause.type in _DELEGATION_FAILURES:
+                    why = cause.message
                 return DelegationResult(
-                    target=request.target, remote_task_id="", state="", error=str(why)
+                    target=request.target, remote_task_id="", state="", error=why
                 )
             await self._cancel_remote(request, remote_task_id)
             raise
@@ -1249,9 +1272,11 @@ class DelegationWorkflow:
 
     async def _relay(self, request: DelegationRequest, result: DelegationResult, seen: str) -> str:
         """Show the other agent's progress to the delegating task's clients (one signal); returns
-        the ``status_key`` of the last status relayed (``seen`` when none)."""
-        if not result.progress:
+        the ``status_key`` of the last status relayed (``seen`` when none). Past
+        ``MAX_STAND_IN_RELAYS`` nothing more is relayed: the task's history stays bounded."""
+        if not result.progress or self._relays >= MAX_STAND_IN_RELAYS:
             return seen
+        self._relays += len(result.progress)
         stand_in = workflow.info().workflow_id
         progress = [
             DelegationProgress(

@@ -512,6 +512,8 @@ def test_sigterm_keeps_to_the_grace_period_and_hands_a_long_turn_back_to_tempora
         while (
             len(rpc(server.url, "ListTasks", {"status": "TASK_STATE_WORKING"})["result"]["tasks"])
             < 2
+            # The stream has shown its turn start (it reads the task at its own pace).
+            or not any("TASK_STATE_WORKING" in line for line in list(streamed))
         ):
             assert time.monotonic() < deadline, server.log
             time.sleep(0.05)  # another process: polling is the only signal

@@ -248,7 +248,7 @@ async def test_the_delegating_task_streams_the_progress_of_the_agents_it_asked(
     assert len({message_id for _, _, message_id in relayed}) == len(relayed)
 
 
-@pytest.mark.parametrize("updates", ["stream", "follow"])
+@pytest.mark.parametrize("updates", ["stream", "push", "follow"])
 async def test_a_answers_the_question_of_the_agent_it_asked(tmp_path, temporal_address, updates):
     """Given d asks a question before it answers, when a delegates to d, then a's next turn gets
     d's question (INPUT_REQUIRED, with d's task id), a answers it by continuing d's task, and a
@@ -269,7 +269,8 @@ async def test_a_answers_the_question_of_the_agent_it_asked(tmp_path, temporal_a
     async def d(ctx: TurnContext) -> TurnResult:
         if ctx.number == 1:
             return Ask("light or dark?")
-        await anyio.sleep(0.3)  # the question stays d's status meanwhile
+        # The question stays d's status meanwhile, past the send's stream.
+        await anyio.sleep(0.8)
         return Complete(f"{ctx.new_messages[-1].text}, dark")
 
     harnesses = [
@@ -278,11 +279,12 @@ async def test_a_answers_the_question_of_the_agent_it_asked(tmp_path, temporal_a
                 tmp_path / name,
                 temporal_address,
                 agent_id,
-                delegation={"stream_for": "2s" if updates == "stream" else 0},
+                push={"allow_hosts": ["127.0.0.1"]},
+                delegation={"stream_for": "0.5s" if updates == "stream" else 0},
             ),
             agent=agent,
             prefix=f"/agents/{agent_id}",
-            routes=RouteOptions(push=False),
+            routes=RouteOptions(push=updates == "push"),
         )
         for name, agent_id, agent in (("a", a_id, a), ("d", d_id, d))
     ]
