@@ -94,7 +94,7 @@ async def _event_proto(
         proto = ParseDict(body, TaskStatusUpdateEvent(), ignore_unknown_fields=True)
     else:
         proto = ParseDict(body, TaskArtifactUpdateEvent(), ignore_unknown_fields=True)
-    proto.metadata.update({SEQ_KEY: event.seq})
+    proto.metadata[SEQ_KEY] = event.seq
     return proto
 
 
