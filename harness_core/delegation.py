@@ -18,7 +18,7 @@ import hashlib
 import logging
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -127,6 +127,24 @@ class DelegationActivities:
     def _http(self, request: DelegationRequest) -> httpx.AsyncClient:
         return http_client(timeout=30, headers=self._headers(request))
 
+    @contextlib.asynccontextmanager
+    async def _calling(
+        self, request: DelegationRequest
+    ) -> AsyncGenerator[tuple[httpx.AsyncClient, str], None]:
+        """An HTTP client for calls to ``request``'s target and its URL; an A2A error of those
+        calls leaves as ``_refused`` says (our words, retried or not)."""
+        url = self._url(request.target)
+        try:
+            async with self._http(request) as http:
+                yield http, url
+        except A2AError as error:
+            raise _refused(request.target, error) from None
+
+    async def _read(self, client: Client, request: DelegationRequest, task_id: str) -> Task:
+        return await client.get_task(
+            GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
+        )
+
     def _headers(self, request: DelegationRequest) -> dict[str, str]:
         # The identity travels with the call: the remote task belongs to the same participant.
         headers = {"X-Participant-Id": request.participant, "A2A-Version": "1.0"}
@@ -171,39 +189,26 @@ class DelegationActivities:
         still running then is followed by pushes to the stand-in when the other agent offers
         them, else by ``delegate_wait``. ``stale``: the ``status_key`` of the status the task
         the message continues had before it (``delegate_status``), which is no answer."""
-        url = self._url(request.target)
         message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
-        try:
-            async with self._http(request) as http:
-                card = await self._card(http, url)
-                remote = self.remote(request.target)
-                streamed = remote is None or remote.updates == "stream"
-                if streamed and self.stream_for > 0 and card.capabilities.streaming:
-                    result = await self._stream(request, http, url, message, stale)
-                    if result.state not in _SETTLED:
-                        result = await self._ask_for_pushes(request, http, url, card, result, stale)
-                else:
-                    result = await self._send(request, http, url, card, message, stale)
-                return attrs.evolve(result, stale=stale)
-        except A2AError as error:
-            raise _refused(request.target, error) from None
+        async with self._calling(request) as (http, url):
+            card = await self._card(http, url)
+            remote = self.remote(request.target)
+            streamed = remote is None or remote.updates == "stream"
+            if streamed and self.stream_for > 0 and card.capabilities.streaming:
+                result = await self._stream(request, http, url, message, stale)
+                if result.state not in _SETTLED:
+                    result = await self._ask_for_pushes(request, http, url, card, result, stale)
+            else:
+                result = await self._send(request, http, url, card, message, stale)
+            return attrs.evolve(result, stale=stale)
 
     @activity.defn(name="delegate_status")
     async def delegate_status(self, request: DelegationRequest) -> str:
         """The ``status_key`` of the task that ``request``'s message continues, before it is
         sent: while the task shows that status (its question), the other agent has not answered."""
-        url = self._url(request.target)
-        try:
-            async with self._http(request) as http:
-                client = await self._client(http, url)
-                task = await client.get_task(
-                    GetTaskRequest(
-                        id=str(request.message.get("taskId", "")),
-                        tenant=self._tenant(request.target),
-                    )
-                )
-        except A2AError as error:
-            raise _refused(request.target, error) from None
+        async with self._calling(request) as (http, url):
+            client = await self._client(http, url)
+            task = await self._read(client, request, str(request.message.get("taskId", "")))
         return status_key(MessageToDict(task.status))
 
     async def _stream(
@@ -304,13 +309,8 @@ class DelegationActivities:
                 await client.create_task_push_notification_config(config)
                 pushed = True
             except A2AError as error:
-                log.info(
-                    "agent %s refused to push to %s (%s); following its task instead",
-                    request.target,
-                    config.url,
-                    type(error).__name__,
-                )
-        task = await client.get_task(GetTaskRequest(id=result.remote_task_id, tenant=tenant))
+                _no_pushes(request, config, error)
+        task = await self._read(client, request, result.remote_task_id)
         return attrs.evolve(
             _from_task(request.target, task, stale), pushed=pushed, progress=result.progress
         )
@@ -341,12 +341,7 @@ class DelegationActivities:
         except A2AError as error:
             if config is None or isinstance(error, A2AClientError):
                 raise
-            log.info(
-                "agent %s refused to push to %s (%s); following its task instead",
-                request.target,
-                config.url,
-                type(error).__name__,
-            )
+            _no_pushes(request, config, error)
             send.configuration.ClearField("task_push_notification_config")
             config = None
             events = [event async for event in client.send_message(send)]
@@ -366,28 +361,22 @@ class DelegationActivities:
         relays before it waits again. A status whose ``status_key`` is ``seen`` is old news.
         GetTask every 20 ms at first, backing off to 2 s, heartbeating (a worker that dies is
         noticed, and the wait picks up again)."""
-        url = self._url(request.target)
         delay = 0.02
         since = anyio.current_time()
-        try:
-            async with self._http(request) as http:
-                client = await self._client(http, url)
-                while True:
-                    activity.heartbeat()
-                    task = await client.get_task(
-                        GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
-                    )
-                    result = _from_task(request.target, task, seen)
-                    if result.state in _SETTLED:
-                        return result
-                    status = MessageToDict(task.status)
-                    news = "message" in status and status_key(status) != seen
-                    if relay and news and anyio.current_time() - since >= RELAY_EVERY:
-                        return attrs.evolve(result, progress=(relayable(status),))
-                    await anyio.sleep(delay)
-                    delay = min(delay * 1.5, 2.0)
-        except A2AError as error:
-            raise _refused(request.target, error) from None
+        async with self._calling(request) as (http, url):
+            client = await self._client(http, url)
+            while True:
+                activity.heartbeat()
+                task = await self._read(client, request, task_id)
+                result = _from_task(request.target, task, seen)
+                if result.state in _SETTLED:
+                    return result
+                status = MessageToDict(task.status)
+                news = "message" in status and status_key(status) != seen
+                if relay and news and anyio.current_time() - since >= RELAY_EVERY:
+                    return attrs.evolve(result, progress=(relayable(status),))
+                await anyio.sleep(delay)
+                delay = min(delay * 1.5, 2.0)
 
     @activity.defn(name="delegate_poll")
     async def delegate_poll(
@@ -395,35 +384,29 @@ class DelegationActivities:
     ) -> DelegationResult:
         """Read the other agent's task; for up to ``patience`` seconds until it settles (it
         pushed that it did: its reads may lag its pushes by a moment)."""
-        url = self._url(request.target)
         delay = 0.01
         deadline = anyio.current_time() + patience
-        try:
-            async with self._http(request) as http:
-                client = await self._client(http, url)
-                while True:
-                    task = await client.get_task(
-                        GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
-                    )
-                    result = _from_task(request.target, task, seen)
-                    if result.state in _SETTLED or anyio.current_time() >= deadline:
-                        return result
-                    await anyio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
-        except A2AError as error:
-            raise _refused(request.target, error) from None
+        async with self._calling(request) as (http, url):
+            client = await self._client(http, url)
+            while True:
+                result = _from_task(
+                    request.target, await self._read(client, request, task_id), seen
+                )
+                if result.state in _SETTLED or anyio.current_time() >= deadline:
+                    return result
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     @activity.defn(name="delegate_cancel")
     async def delegate_cancel(self, request: DelegationRequest, task_id: str) -> None:
-        url = self._url(request.target)
-        async with self._http(request) as http:
-            client = await self._client(http, url)
-            try:
+        try:
+            async with self._calling(request) as (http, url):
+                client = await self._client(http, url)
                 await client.cancel_task(
                     CancelTaskRequest(id=task_id, tenant=self._tenant(request.target))
                 )
-            except Exception as error:  # an ended remote task cannot be canceled: fine
-                log.info("canceling task %s of agent %s: %s", task_id, request.target, error)
+        except Exception as error:  # an ended remote task cannot be canceled: fine
+            log.info("canceling task %s of agent %s: %s", task_id, request.target, error)
 
     def all(self) -> list[Callable[..., Any]]:
         return [
@@ -433,6 +416,17 @@ class DelegationActivities:
             self.delegate_poll,
             self.delegate_cancel,
         ]
+
+
+def _no_pushes(
+    request: DelegationRequest, config: TaskPushNotificationConfig, error: A2AError
+) -> None:
+    log.info(
+        "agent %s refused to push to %s (%s); following its task instead",
+        request.target,
+        config.url,
+        type(error).__name__,
+    )
 
 
 def _refused(target: str, error: A2AError) -> Exception:

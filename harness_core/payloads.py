@@ -365,6 +365,13 @@ class DelegationResult:
     #: task): that status is no answer to it.
     stale: str = ""
 
+    def relays(self, stand_in: str) -> list[DelegationProgress]:
+        """``progress`` as the stand-in ``stand_in`` relays it to the delegating task."""
+        return [
+            DelegationProgress(stand_in, self.target, self.remote_task_id, status)
+            for status in self.progress
+        ]
+
 
 @attrs.frozen
 class TurnOutcome:

@@ -704,7 +704,10 @@ class TaskService:
                 record.task_id, record.context_id, record.status, messages, events
             )
 
-        task = await anyio.to_thread.run_sync(read)
+        return self._ended_view(record, await anyio.to_thread.run_sync(read))
+
+    @staticmethod
+    def _ended_view(record: TaskRecord, task: ProtoJSON) -> TaskView:
         return TaskView(
             task=task,
             last_seq=record.events,
@@ -780,20 +783,16 @@ class TaskService:
                 [*events, *tail.events],
             )
 
-        task = await anyio.to_thread.run_sync(read)
-        return TaskView(
-            task=task,
-            last_seq=tail.last_seq,
-            closed=tail.closed,
-            participants=tail.participants,
-            agent_id=tail.agent_id,
-            busy=tail.busy,
-        )
+        return self._tail_view(tail, await anyio.to_thread.run_sync(read))
 
     def _light(self, task_id: str, tail: TaskTail) -> TaskView:
         """The task's state without its history or artifacts (what a stream needs)."""
+        return self._tail_view(tail, {"id": task_id, "status": tail.status})
+
+    @staticmethod
+    def _tail_view(tail: TaskTail, task: ProtoJSON) -> TaskView:
         return TaskView(
-            task={"id": task_id, "status": tail.status},
+            task=task,
             last_seq=tail.last_seq,
             closed=tail.closed,
             participants=tail.participants,
@@ -821,14 +820,8 @@ class TaskService:
     async def _record_events(self, record: TaskRecord, after: int) -> EventPage:
         """An ended task's events after ``after``, and its state (not its history)."""
         events = await anyio.to_thread.run_sync(self._record_rows, record, after)
-        view = TaskView(
-            task={"id": record.task_id, "contextId": record.context_id, "status": record.status},
-            last_seq=record.events,
-            closed=True,
-            participants=record.participants,
-            agent_id=record.agent_id,
-        )
-        return EventPage(events=tuple(events), view=view)
+        task = {"id": record.task_id, "contextId": record.context_id, "status": record.status}
+        return EventPage(events=tuple(events), view=self._ended_view(record, task))
 
     async def _events_after(self, task_id: str, after: int) -> EventPage | None:
         row = await self._row(task_id)

@@ -946,12 +946,7 @@ class TaskWorkflow:
                 results.append(None)
                 continue
             # What the other agent said on the way (its stream showed it live already).
-            self.relay(
-                [
-                    DelegationProgress(handle.id, result.target, result.remote_task_id, status)
-                    for status in result.progress
-                ]
-            )
+            self.relay(result.relays(handle.id))
             results.append(result)
         return results
 
@@ -1277,19 +1272,9 @@ class DelegationWorkflow:
         if not result.progress or self._relays >= MAX_STAND_IN_RELAYS:
             return seen
         self._relays += len(result.progress)
-        stand_in = workflow.info().workflow_id
-        progress = [
-            DelegationProgress(
-                stand_in=stand_in,
-                target=request.target,
-                remote_task_id=result.remote_task_id,
-                status=status,
-            )
-            for status in result.progress
-        ]
         parent = workflow.get_external_workflow_handle(request.parent_task_id)
         with contextlib.suppress(FailureError):  # the delegating task ended: nobody to tell
-            await parent.signal(TaskWorkflow.relay, progress)
+            await parent.signal(TaskWorkflow.relay, result.relays(workflow.info().workflow_id))
         return status_key(result.progress[-1])
 
     async def _cancel_remote(self, request: DelegationRequest, remote_task_id: str) -> None:

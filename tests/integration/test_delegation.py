@@ -24,9 +24,7 @@ from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
     ListTasksRequest,
-    SendMessageConfiguration,
     SendMessageRequest,
-    Task,
     TaskState,
 )
 from google.protobuf.json_format import MessageToDict
@@ -50,6 +48,7 @@ from tests.conftest import (
     unique_id,
     user_message,
 )
+from tests.integration.test_a2a_methods import send_blocking, send_immediately
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,13 +133,7 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
         async with a2a_client(
             a_url, streaming=False, headers={"X-Participant-Id": "alice"}
         ) as client:
-            [event] = [
-                e
-                async for e in client.send_message(
-                    SendMessageRequest(message=user_message("what do we know?"))
-                )
-            ]
-    task: Task = event.task
+            task = await send_blocking(client, user_message("what do we know?"))
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     assert task.status.message.parts[0].text == "b heard: d says 42 | c says blue"
     assert team.turns == {"a": 2, "b": 2, "c": 1, "d": 1}
@@ -292,14 +285,9 @@ async def test_a_answers_the_question_of_the_agent_it_asked(tmp_path, temporal_a
         serving(*harnesses) as url,
         a2a_client(f"{url}/agents/{a_id}", streaming=False) as client,
     ):
-        [event] = [
-            e
-            async for e in client.send_message(
-                SendMessageRequest(message=user_message("choose for me"))
-            )
-        ]
-    assert event.task.status.state == TaskState.TASK_STATE_COMPLETED
-    assert event.task.status.message.parts[0].text == "d chose blue, dark"
+        task = await send_blocking(client, user_message("choose for me"))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == "d chose blue, dark"
     assert heard == [
         ("TASK_STATE_INPUT_REQUIRED", "light or dark?"),
         ("TASK_STATE_COMPLETED", "blue, dark"),
@@ -458,14 +446,9 @@ async def test_an_agent_named_in_agents_is_reached_at_its_url_with_the_configure
             serving(near) as near_url,
             a2a_client(near_url, streaming=False, headers={"X-Participant-Id": "bob"}) as client,
         ):
-            [event] = [
-                e
-                async for e in client.send_message(
-                    SendMessageRequest(message=user_message("ask the partner"))
-                )
-            ]
-    assert event.task.status.state == TaskState.TASK_STATE_COMPLETED
-    text = event.task.status.message.parts[0].text
+            task = await send_blocking(client, user_message("ask the partner"))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    text = task.status.message.parts[0].text
     assert "partner says hi" in text
     assert "the delegation to locked failed" in text
     assert "NOT_SET_ANYWHERE" in text and "k-123" not in text
@@ -511,15 +494,10 @@ async def test_the_model_asks_another_agent_through_a_tool(tmp_path, temporal_ad
             serving(llm, helper) as url,
             a2a_client(f"{url}/agents/llm", streaming=False) as client,
         ):
-            [event] = [
-                e
-                async for e in client.send_message(
-                    SendMessageRequest(message=user_message("what colour is it?"))
-                )
-            ]
+            task = await send_blocking(client, user_message("what colour is it?"))
         first, second = server.requests[0].body, server.requests[1].body
-    assert event.task.status.state == TaskState.TASK_STATE_COMPLETED
-    assert event.task.status.message.parts[0].text == "It is blue."
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == "It is blue."
     offered = [t["function"] for t in first["tools"]]
     assert [t["name"] for t in offered] == [tool]
     assert "knows colours" in offered[0]["description"]
@@ -558,18 +536,10 @@ async def test_canceling_the_delegating_task_cancels_the_remote_task(tmp_path, t
         a2a_client(f"{url}/agents/{a_id}", streaming=False, headers=headers) as client,
         a2a_client(f"{url}/agents/{d_id}", streaming=False, headers=headers) as at_d,
     ):
-        [event] = [
-            e
-            async for e in client.send_message(
-                SendMessageRequest(
-                    message=user_message("start"),
-                    configuration=SendMessageConfiguration(return_immediately=True),
-                )
-            )
-        ]
+        task = await send_immediately(client, user_message("start"))
         await gate.wait_entered()
         [d_task] = (await at_d.list_tasks(ListTasksRequest())).tasks
-        canceled = await client.cancel_task(CancelTaskRequest(id=event.task.id))
+        canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
         with anyio.fail_after(30):
             while True:
                 remote = await at_d.get_task(GetTaskRequest(id=d_task.id))

@@ -10,12 +10,13 @@ from __future__ import annotations
 import anyio
 import httpx
 import pytest
-from a2a.types import GetTaskRequest, SendMessageConfiguration, SendMessageRequest, TaskState
+from a2a.types import GetTaskRequest, TaskState
 from temporalio.client import Client
 
 from harness_core import Complete, Delegate, Delegation, Gate, Harness, TurnContext
 from harness_core.agents.turn import TurnResult
 from tests.conftest import a2a_client, agent_settings, serving, unique_id, user_message
+from tests.integration.test_a2a_methods import send_immediately
 
 pytestmark = pytest.mark.anyio
 
@@ -70,17 +71,9 @@ async def test_a_push_to_another_agents_delegation_is_refused_and_wakes_nothing(
     async with serving(*harnesses.values()) as url:
         a_url = f"{url}/agents/{ids['a']}"
         async with a2a_client(a_url, streaming=False) as client:
-            [event] = [
-                e
-                async for e in client.send_message(
-                    SendMessageRequest(
-                        message=user_message("go"),
-                        configuration=SendMessageConfiguration(return_immediately=True),
-                    )
-                )
-            ]
+            sent = await send_immediately(client, user_message("go"))
             await gate.wait_entered()
-            standin = f"{event.task.id}:delegate:1:1"
+            standin = f"{sent.id}:delegate:1:1"
 
             forged = {
                 "statusUpdate": {
@@ -104,7 +97,7 @@ async def test_a_push_to_another_agents_delegation_is_refused_and_wakes_nothing(
             gate.release()
             with anyio.fail_after(30):
                 while True:
-                    task = await client.get_task(GetTaskRequest(id=event.task.id))
+                    task = await client.get_task(GetTaskRequest(id=sent.id))
                     if task.status.state == TaskState.TASK_STATE_COMPLETED:
                         break
                     await anyio.sleep(0.1)
