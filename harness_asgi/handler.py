@@ -80,16 +80,16 @@ log = logging.getLogger("harness.http")
 SEQ_KEY = "harness.seq"
 
 
-async def _task_proto(tasks: TaskService, view: TaskView) -> Task:
-    """The task for a client, with the content kept in the blob store back in place."""
-    return ParseDict(await tasks.restore(view.task), Task(), ignore_unknown_fields=True)
+def _task_proto(view: TaskView) -> Task:
+    """The task for a client."""
+    return ParseDict(view.task, Task(), ignore_unknown_fields=True)
 
 
-async def _event_proto(
-    tasks: TaskService, event: TaskEvent
+def _event_proto(
+    event: TaskEvent,
 ) -> TaskStatusUpdateEvent | TaskArtifactUpdateEvent:
     proto: TaskStatusUpdateEvent | TaskArtifactUpdateEvent
-    body = await tasks.restore(event.body)
+    body = event.body
     if event.kind == "status":
         proto = ParseDict(body, TaskStatusUpdateEvent(), ignore_unknown_fields=True)
     else:
@@ -311,9 +311,8 @@ class HarnessRequestHandler(RequestHandler):
             )
             if delivery.reply is not None:
                 # The agent answered with a direct Message: the client gets no task.
-                reply = await tasks.restore(delivery.reply)
-                return ParseDict(reply, Message(), ignore_unknown_fields=True)
-            task = await _task_proto(tasks, delivery.view)
+                return ParseDict(delivery.reply, Message(), ignore_unknown_fields=True)
+            task = _task_proto(delivery.view)
             return apply_history_length(task, params.configuration)
 
     @validate_request_params
@@ -330,7 +329,7 @@ class HarnessRequestHandler(RequestHandler):
                 wait=False,
                 push_config=await self._message_push(params, context),
             )
-            task = await _task_proto(tasks, delivery.view)
+            task = _task_proto(delivery.view)
         yield task
         async for event in self._follow(
             delivery.task_id, delivery.cursor, participant, "SendStreamingMessage"
@@ -365,7 +364,7 @@ class HarnessRequestHandler(RequestHandler):
             while True:
                 with _a2a_errors(operation):
                     page = await _patient_poll(tasks, task_id, after, participant)
-                    protos = [await _event_proto(tasks, event) for event in page.events]
+                    protos = [_event_proto(event) for event in page.events]
                 # Whatever an attempt emitted live was published before its durable copy could
                 # be read, so it is pending now. It is shown where it happened: after the stored
                 # events before it, and in place of its own copy.
@@ -394,10 +393,9 @@ class HarnessRequestHandler(RequestHandler):
     async def _live_protos(
         self, events: list[LiveEvent], after: int, operation: str
     ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent, None]:
-        tasks = self._harness.tasks
         for event in events:
             with _a2a_errors(operation):
-                proto = await _event_proto(tasks, TaskEvent(after, _kind(event), event.body))
+                proto = _event_proto(TaskEvent(after, _kind(event), event.body))
             yield proto
 
     @validate_request_params
@@ -425,8 +423,8 @@ class HarnessRequestHandler(RequestHandler):
                     message=f"Last-Event-ID {after} is past the task's last event "
                     f"({page.view.last_seq})"
                 )
-            task = await _task_proto(tasks, page.view)
-            protos = [await _event_proto(tasks, event) for event in page.events]
+            task = _task_proto(page.view)
+            protos = [_event_proto(event) for event in page.events]
         yield task
         for event, proto in zip(page.events, protos, strict=True):
             yield proto
@@ -447,7 +445,7 @@ class HarnessRequestHandler(RequestHandler):
             view = await tasks.view(params.id, _reader(context))
             if view is None:
                 return None
-            task = await _task_proto(tasks, view)
+            task = _task_proto(view)
         return apply_history_length(task, params)
 
     async def on_list_tasks(
@@ -487,7 +485,7 @@ class HarnessRequestHandler(RequestHandler):
         )
         for view in views:
             with _a2a_errors("ListTasks"):
-                response.tasks.append(await _task_proto(tasks, view))
+                response.tasks.append(_task_proto(view))
         return response
 
     @validate_request_params
@@ -498,7 +496,7 @@ class HarnessRequestHandler(RequestHandler):
         with _a2a_errors("CancelTask"):
             tasks = self._harness.tasks
             view = await tasks.cancel(params.id, _reader(context))
-            return await _task_proto(tasks, view)
+            return _task_proto(view)
 
     def _push_allowed(self, context: ServerCallContext) -> None:
         _check_tenant(context)

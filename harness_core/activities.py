@@ -26,7 +26,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from harness_core.agents.context import ActivityTurnContext, outcome_of
 from harness_core.agents.parts import message_from_json
 from harness_core.agents.turn import Agent, TurnMessage
-from harness_core.blobs import BlobStore, has_blobs
+from harness_core.converter import payload_converter
 from harness_core.delegation import DelegationActivities
 from harness_core.live import LIVE
 from harness_core.payloads import (
@@ -43,6 +43,7 @@ from harness_core.payloads import (
 from harness_core.push import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
+from harness_core.temporal.codec import PayloadStore
 from harness_core.workflows import (
     ARCHIVE,
     CHECKPOINT,
@@ -88,9 +89,9 @@ class AgentActivities:
         agent_id: str,
         agent: Agent | None,
         store: TaskStore,
-        blobs: BlobStore,
         llm: LlmLoop | None = None,
         *,
+        payloads: PayloadStore | None = None,
         ended_ttl: float = 0.0,
         delegation: DelegationActivities | None = None,
         push: PushActivities | None = None,
@@ -99,11 +100,11 @@ class AgentActivities:
         self.agent_id = agent_id
         self.agent = agent
         self.store = store
-        self.blobs = blobs
+        self.payloads = payloads
         self.llm = llm
-        # Ended tasks and unreferenced blobs older than this are swept by the heartbeat (0: never).
+        # Ended tasks older than this are swept by the heartbeat (0: never), then the payloads
+        # of the claim check that no task refers to any more.
         self.ended_ttl = ended_ttl
-        self._doomed: set[str] = set()
         self.delegation = delegation
         self.push = push
         # The agents a turn may delegate to, with what they say of themselves.
@@ -156,10 +157,9 @@ class AgentActivities:
             first = max(0, end - HISTORY_WINDOW)
             earlier = store.messages_with_senders(request.task_id, first, start)
             rows = [*earlier, *inline[max(0, first - start) :]]
-            return [(self.blobs.restore(m), sender) for m, sender in rows]
+            return rows
 
-        quiet = start == 0 and entry is None and not request.persist
-        if quiet and not has_blobs(list(request.messages)):
+        if start == 0 and entry is None and not request.persist:
             return tuple(message_from_json(m, sender) for m, sender in inline)
         rows = await anyio.to_thread.run_sync(read)
         return tuple(message_from_json(m, sender) for m, sender in rows)
@@ -173,7 +173,6 @@ class AgentActivities:
             number=request.number,
             history=history,
             new_ids=request.new_ids,
-            blobs=self.blobs,
             publish=partial(LIVE.publish, self.agent_id, request.task_id),
             agents=dict(self.delegates()),
         )
@@ -192,7 +191,14 @@ class AgentActivities:
             LIVE.end(self.agent_id, request.task_id)
 
     @activity.defn(name=MODEL_STEP)
-    async def model_step(self, step: ModelStepInput) -> ModelStep:
+    async def model_step(self, turn: Any, number: int, final: bool, *exchange: Any) -> ModelStep:
+        # Its arguments arrive as JSON: a variable number of them has no type hints to follow.
+        step = ModelStepInput(
+            turn=payload_converter.structure(turn, TurnRequest),
+            step=number,
+            exchange=exchange,
+            final=final,
+        )
         self._check_agent(step.turn.agent_id, "a model request")
         llm = self.llm
         if llm is None:
@@ -242,28 +248,29 @@ class AgentActivities:
             self.sweep()
 
     def sweep(self) -> tuple[int, int]:
-        """Remove what ended longer than ``[retention] ended_ttl`` ago: tasks, then blobs no
-        stored task refers to. Returns how many of each."""
+        """Remove what ended longer than ``[retention] ended_ttl`` ago: tasks, then the claim
+        check's payloads that no task refers to any more. Returns how many of each."""
         before = int((time.time() - self.ended_ttl) * 1_000_000)
         tasks = 0
+        payloads = 0
         while True:
             swept = self.store.sweep(before)
-            tasks += swept
-            if swept < 1000:
+            tasks += len(swept)
+            if self.payloads is not None:
+                self.payloads.release(swept)
+            if len(swept) < 1000:
                 break
-        # A blob goes in two steps: unreferenced at one sweep, removed at the next if it still is,
-        # so a read that began before its task was removed never finds its content gone.
-        unreferenced = self.blobs.unreferenced(self.ended_ttl, self.store.blob_refs())
-        blobs = self.blobs.remove(unreferenced & self._doomed)
-        self._doomed = unreferenced - self._doomed
-        if tasks or blobs:
+        if self.payloads is not None:
+            # Stored within ended_ttl: perhaps for a task that is only starting.
+            payloads = self.payloads.collect(self.ended_ttl)
+        if tasks or payloads:
             log.info(
-                "agent %s: removed %d ended task(s) and %d blob(s) past [retention] ended_ttl",
+                "agent %s: removed %d ended task(s) and %d payload(s) past [retention] ended_ttl",
                 self.agent_id,
                 tasks,
-                blobs,
+                payloads,
             )
-        return tasks, blobs
+        return tasks, payloads
 
     async def _guarded(self, task_id: str, work: Callable[[], Awaitable[T]]) -> T:
         """Run an agent's work, heartbeating when it is a regular activity, and watching the index

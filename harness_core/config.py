@@ -94,6 +94,11 @@ class TemporalConfig:
     task_queue: str | None = None  # None means the agent id
     api_key_env: str | None = None  # remote only: the NAME of the variable holding the key
     tls: bool | None = None  # remote only; None means on exactly when an API key is configured
+    # The claim check's directory: payloads over 16 KiB (files, long replies, tool results) are
+    # kept there by digest and travel through Temporal as references. Every process that uses
+    # the same Temporal connection must share it. None means beside the embedded database
+    # (<database>-payloads/), or .harness/temporal-payloads/ beside the store when remote.
+    payloads: Path | None = None
     embedded: EmbeddedConfig = attrs.field(factory=EmbeddedConfig)
 
 
@@ -115,7 +120,6 @@ class StoreConfig:
     """``[store]``: where the agent keeps its own state."""
 
     path: Path | None = None  # None means .harness/<agent id>.sqlite3
-    blobs: Path | None = None  # large content (files, long replies); None means <store>-blobs/
 
 
 @attrs.frozen
@@ -301,12 +305,16 @@ class Settings:
         return value.strip()
 
     @property
-    def blobs_path(self) -> Path:
-        """The absolute blob directory: ``store.blobs``, else ``<store file without suffix>-blobs``."""
-        if self.store.blobs is not None:
-            return self._absolute(self.store.blobs)
-        store = self.store_path
-        return store.with_name(f"{store.stem}-blobs")
+    def payloads_path(self) -> Path:
+        """The absolute claim-check directory: ``temporal.payloads``, else beside the embedded
+        database (``<database without suffix>-payloads``), or ``temporal-payloads`` beside the
+        store when remote."""
+        if self.temporal.payloads is not None:
+            return self._absolute(self.temporal.payloads)
+        if self.temporal.mode == "embedded":
+            database = self.database_path
+            return database.with_name(f"{database.stem}-payloads")
+        return self.store_path.parent / "temporal-payloads"
 
     @property
     def _label(self) -> str:

@@ -25,7 +25,6 @@ from harness_core.activities import WORKER_GRACE, AgentActivities
 from harness_core.agents.builtin import agent_from_config, model_loop_from_config
 from harness_core.agents.modes import LLM_INPUT_MODES, TEXT_MODES
 from harness_core.agents.turn import Agent, AgentFunction
-from harness_core.blobs import BlobStore
 from harness_core.config import RemoteAgentConfig, Settings
 from harness_core.converter import data_converter
 from harness_core.delegation import DelegationActivities, card_problem
@@ -241,14 +240,13 @@ class Harness:
                 self._scope = scope
                 async with pool.lease(settings, client=self._client) as connection:
                     store = await anyio.to_thread.run_sync(TaskStore, settings.store_path)
-                    blobs = await anyio.to_thread.run_sync(BlobStore, settings.blobs_path)
                     try:
                         activities = AgentActivities(
                             self.agent_id,
                             self.agent,
                             store,
-                            blobs,
                             self.model_loop,
+                            payloads=connection.payloads,
                             ended_ttl=settings.retention.ended_ttl,
                             delegation=DelegationActivities(
                                 self.agent_id,
@@ -261,7 +259,6 @@ class Harness:
                             push=PushActivities(
                                 self.agent_id,
                                 store,
-                                blobs.restore,
                                 allow=settings.push.allow_hosts,
                                 timeout=settings.push.timeout,
                             ),
@@ -289,7 +286,6 @@ class Harness:
                                 queue=queue,
                                 connection=connection,
                                 store=store,
-                                blobs=blobs,
                                 start=self._task_start(),
                             )
                             self.state = AgentState.READY

@@ -32,9 +32,9 @@ from temporalio.runtime import (
 
 from harness_core.bridge import TemporalBridge, current_backend, open_bridge
 from harness_core.config import Settings
-from harness_core.converter import data_converter
 from harness_core.embedded import EmbeddedServer, open_embedded_temporal
 from harness_core.errors import ConfigError
+from harness_core.temporal.codec import PayloadStore, claim_check_converter
 
 __all__ = ["TemporalConnection", "TemporalPool", "pool"]
 
@@ -52,6 +52,8 @@ class TemporalConnection:
     address: str
     #: The embedded dev server behind it (None for a remote service).
     server: EmbeddedServer | None = None
+    #: The claim check's payload directory (None: a client passed in without it).
+    payloads: PayloadStore | None = None
 
     @property
     def up(self) -> bool:
@@ -164,11 +166,14 @@ class TemporalPool:
         """Lease the connection ``settings`` describe (or wrap ``client``, which is never closed)."""
         async with self._lease_bridge() as bridge:
             if client is not None:
+                storage = client.data_converter.external_storage
+                drivers = storage.drivers if storage is not None else ()
                 yield TemporalConnection(
                     client=client,
                     bridge=bridge,
                     namespace=client.namespace,
                     address=str(settings.temporal.address or ""),
+                    payloads=next((d for d in drivers if isinstance(d, PayloadStore)), None),
                 )
                 return
             key = connection_key(settings)
@@ -180,6 +185,13 @@ class TemporalPool:
                             f"agent {settings.agent_id}: agents that share the embedded database "
                             f"{settings.database_path} must use one namespace "
                             f"({connection.namespace!r}, not {settings.temporal.namespace!r})"
+                        )
+                    payloads = connection.payloads
+                    if payloads is not None and payloads.directory != settings.payloads_path:
+                        raise ConfigError(
+                            f"agent {settings.agent_id}: agents that share a Temporal connection "
+                            f"must share its payload directory ([temporal] payloads: "
+                            f"{payloads.directory}, not {settings.payloads_path})"
                         )
                     yield connection
                 return
@@ -195,6 +207,8 @@ class TemporalPool:
         self, settings: Settings, bridge: TemporalBridge
     ) -> AsyncGenerator[TemporalConnection, None]:
         namespace = settings.temporal.namespace
+        payloads = await anyio.to_thread.run_sync(PayloadStore, settings.payloads_path)
+        data_converter = claim_check_converter(payloads)
         if settings.temporal.mode == "embedded":
             async with open_embedded_temporal(
                 settings.database_path, namespaces=(namespace,)
@@ -209,7 +223,9 @@ class TemporalPool:
                     )
 
                 client = await bridge.call(connect_embedded)
-                yield TemporalConnection(client, bridge, namespace, server.address, server)
+                yield TemporalConnection(
+                    client, bridge, namespace, server.address, server, payloads
+                )
             return
         address = str(settings.temporal.address)
         api_key = settings.api_key()
@@ -226,7 +242,7 @@ class TemporalPool:
             )
 
         client = await bridge.call(connect)
-        yield TemporalConnection(client, bridge, namespace, address)
+        yield TemporalConnection(client, bridge, namespace, address, payloads=payloads)
 
 
 pool = TemporalPool()

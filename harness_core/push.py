@@ -105,14 +105,12 @@ class PushActivities:
         self,
         agent_id: str,
         store: TaskStore,
-        restore: Callable[[Any], Any],
         *,
         allow: Sequence[str],
         timeout: float,
     ) -> None:
         self.agent_id = agent_id
         self.store = store
-        self.restore = restore
         self.allow = tuple(allow)
         self.timeout = timeout
 
@@ -129,7 +127,7 @@ class PushActivities:
             return
         bodies: list[ProtoJSON] = []
         for event in batch.events:
-            body = await anyio.to_thread.run_sync(self.restore, event.body)
+            body = event.body
             key = "statusUpdate" if event.kind == "status" else "artifactUpdate"
             bodies.append(
                 {key: {**body, "metadata": {**body.get("metadata", {}), "harness.seq": event.seq}}}

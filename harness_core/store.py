@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import sqlite3
 import threading
 import time
@@ -482,12 +481,12 @@ class TaskStore:
                 self._db.execute("SELECT COUNT(*) FROM task_index WHERE closed = 0").fetchone()[0]
             )
 
-    def sweep(self, ended_before: int, limit: int = 1000) -> int:
+    def sweep(self, ended_before: int, limit: int = 1000) -> list[str]:
         """Remove up to ``limit`` tasks that ended (were last written) before ``ended_before``
         (microseconds since the epoch): their record, messages, events and participants. Each
         leaves a tombstone in the index, so that reads answer not found instead of asking the
         task's workflow, which Temporal may keep longer; tombstones go after
-        ``TOMBSTONE_SECONDS``. Returns how many tasks were removed."""
+        ``TOMBSTONE_SECONDS``. Returns the ids of the tasks removed."""
         with self._lock, self._transaction():
             ids = [
                 str(row[0])
@@ -513,24 +512,7 @@ class TaskStore:
                 "DELETE FROM task_index WHERE closed = 2 AND written_at < ?",
                 (_now_micros() - TOMBSTONE_SECONDS * 1_000_000,),
             )
-        return len(ids)
-
-    def blob_refs(self) -> set[str]:
-        """Every blob reference the stored messages, events and records hold."""
-        pattern = re.compile(r"sha256:[0-9a-f]{64}")
-        found: set[str] = set()
-        with self._lock:
-            for table, column in (
-                ("task_messages", "body"),
-                ("task_events", "body"),
-                ("tasks", "record"),
-            ):
-                cursor = self._db.execute(
-                    f"SELECT {column} FROM {table} WHERE instr({column}, 'sha256:') > 0"
-                )
-                for (text,) in cursor:
-                    found.update(pattern.findall(text))
-        return found
+        return ids
 
     # -- push notification configs -----------------------------------------------------------------
 

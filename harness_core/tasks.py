@@ -41,7 +41,6 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from harness_core.blobs import OFFLOAD_BYTES, BlobStore, has_blobs
 from harness_core.errors import (
     InvalidRequestValueError,
     TaskClosedError,
@@ -81,8 +80,10 @@ FOLLOW_MAX_DELAY = 0.5
 # After a turn of the task ended in this process (its outcome is durable within milliseconds),
 # or its store entry was written here: a stream reads the task again this soon.
 AFTER_TURN_DELAY = 0.004
-#: The largest message (as JSON, large parts by reference) a task accepts.
-MAX_MESSAGE_BYTES = 256 * 1024
+#: The largest message (as JSON) a task accepts. It reaches Temporal through the claim check
+#: (``harness_core.temporal.codec``), so Temporal's 2 MB payload limit does not apply; the
+#: endpoint's ``[server] max_request_bytes`` usually refuses a large request first.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # How long a task the index learned of before its workflow started may go unconfirmed (nothing
 # written over it) before a read checks that its workflow exists.
 _UNCONFIRMED_SECONDS = 30.0
@@ -165,14 +166,12 @@ class TaskService:
         queue: str,
         connection: TemporalConnection,
         store: TaskStore,
-        blobs: BlobStore,
         start: TaskStart,
     ) -> None:
         self.agent_id = agent_id
         self.queue = queue
         self._connection = connection
         self._store = store
-        self._blobs = blobs
         # How the agent's new tasks run (the ids are filled in per task).
         self._start = start
         self._owned: OrderedDict[str, None] = OrderedDict()
@@ -181,11 +180,6 @@ class TaskService:
     def connection(self) -> TemporalConnection:
         """The agent's leased Temporal connection (client and bridge)."""
         return self._connection
-
-    @property
-    def blobs(self) -> BlobStore:
-        """The agent's blob store (large content of its tasks)."""
-        return self._blobs
 
     async def _call(self, fn: Callable[[Client], Awaitable[T]]) -> T:
         client = self._connection.client
@@ -250,20 +244,14 @@ class TaskService:
         has is not an error: it gets the task as it is) and ``InvalidRequestValueError`` for a
         message id already used for a different message.
         """
-        # Any agent's secret a client pasted is masked before the message is stored anywhere, and
-        # large parts go to the blob store (the claim check) before anything reaches Temporal.
-        redacted = cast("ProtoJSON", SECRETS.redact_json(message))
-        size = len(json.dumps(redacted, separators=(",", ":")).encode())
-        if size > OFFLOAD_BYTES:
-            # Some part may be large: writing it to the blob store is file I/O.
-            message = await anyio.to_thread.run_sync(self._blobs.offload, redacted)
-            size = len(json.dumps(message, separators=(",", ":")).encode())
-        else:
-            message = redacted
+        # Any agent's secret a client pasted is masked before the message is stored anywhere.
+        # Large content is the claim check's (``harness_core.temporal.codec``): it never
+        # reaches Temporal's history inline.
+        message = cast("ProtoJSON", SECRETS.redact_json(message))
+        size = len(json.dumps(message, separators=(",", ":")).encode())
         if size > MAX_MESSAGE_BYTES:
             raise InvalidRequestValueError(
-                f"the message is {size} bytes without its file contents; at most "
-                f"{MAX_MESSAGE_BYTES} are accepted (send large content as file parts)"
+                f"the message is {size} bytes as JSON; at most {MAX_MESSAGE_BYTES} are accepted"
             )
         message_id = str(message.get("messageId", ""))
         inbound = Inbound(
@@ -799,12 +787,6 @@ class TaskService:
             agent_id=tail.agent_id,
             busy=tail.busy,
         )
-
-    async def restore(self, value: T) -> T:
-        """A view's or event's content with every stored part back in place (for clients)."""
-        if not has_blobs(value):
-            return value
-        return cast("T", await anyio.to_thread.run_sync(self._blobs.restore, value))
 
     async def events(self, task_id: str, after: int, participant: str | None) -> EventPage | None:
         """Events after ``after`` without waiting, and the task; None when this agent has no such

@@ -58,7 +58,6 @@ from harness_core.payloads import (
     Inbound,
     IndexEntry,
     ModelStep,
-    ModelStepInput,
     ProtoJSON,
     PushBatch,
     Receipt,
@@ -682,13 +681,14 @@ class TaskWorkflow:
         activity: str,
         arg: Any,
         result_type: type[Any],
-        *,
+        *more: Any,
         local: bool,
         attempts: int,
         seconds: float | None = None,
         free_retries: bool = True,
     ) -> Any:
-        """Run an activity until it succeeds, its attempts are spent, or the task is canceled (None).
+        """Run an activity (with ``arg`` and ``more`` as its arguments) until it succeeds, its
+        attempts are spent, or the task is canceled (None).
 
         Attempts stopped by a worker (shutdown, crash) are retried without counting. Raises the
         last ``ActivityError`` when the attempts are spent or the failure is not retryable.
@@ -700,7 +700,7 @@ class TaskWorkflow:
             if local:
                 handle = workflow.start_local_activity(
                     activity,
-                    arg,
+                    args=[arg, *more],
                     result_type=result_type,
                     start_to_close_timeout=limit,
                     retry_policy=_NO_RETRY,
@@ -708,7 +708,7 @@ class TaskWorkflow:
             else:
                 handle = workflow.start_activity(
                     activity,
-                    arg,
+                    args=[arg, *more],
                     result_type=result_type,
                     start_to_close_timeout=limit,
                     heartbeat_timeout=_HEARTBEAT_TIMEOUT,
@@ -760,14 +760,14 @@ class TaskWorkflow:
             try:
                 answer = await self._attempts(
                     MODEL_STEP,
-                    ModelStepInput(
-                        # The first step writes the index entry; the others need not carry it.
-                        turn=request if step == 1 else attrs.evolve(request, index=None),
-                        step=step,
-                        exchange=tuple(exchange),
-                        final=final,
-                    ),
+                    # The first step writes the index entry; the others need not carry it. The
+                    # turn and each exchange entry are arguments of their own: a large one is
+                    # stored once by the claim check, and every later step refers to it.
+                    request if step == 1 else attrs.evolve(request, index=None),
                     ModelStep,
+                    step,
+                    final,
+                    *exchange,
                     # Streams follow the model's text live only when the workflow is free to
                     # answer their reads.
                     local=local,

@@ -9,7 +9,6 @@ replaces the artifact. Live text deltas are coalesced into chunks of the respons
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,15 +27,12 @@ from harness_core.agents.turn import (
     TurnResult,
     parts_of,
 )
-from harness_core.blobs import OFFLOAD_BYTES, BlobStore
 from harness_core.payloads import DelegationSpec, ProtoJSON, TurnOutcome
 
 __all__ = ["ActivityTurnContext", "outcome_of"]
 
 #: Live text is checkpointed as a chunk once this much has gathered.
 DELTA_CHUNK_BYTES = 8 * 1024
-#: Content a turn returns inline before everything else it emits goes to the blob store.
-INLINE_BUDGET = 256 * 1024
 
 
 class ActivityTurnContext:
@@ -50,7 +46,6 @@ class ActivityTurnContext:
         number: int,
         history: tuple[TurnMessage, ...],
         new_ids: Sequence[str],
-        blobs: BlobStore,
         publish: Callable[[str, ProtoJSON], None] | None = None,
         agents: Mapping[str, str] | None = None,
     ) -> None:
@@ -61,24 +56,17 @@ class ActivityTurnContext:
         self._history = history
         wanted = set(new_ids)
         self._new = tuple(m for m in history if m.message_id in wanted)
-        self._blobs = blobs
         self.emitted: list[tuple[str, ProtoJSON]] = []
         self._artifacts = 0
         self._delta: list[str] = []
         self._delta_bytes = 0
         self._delta_chunks = 0
         self._live_deltas = 0
-        self._inline = 0  # bytes of content this attempt returns inline
         self._publish = publish
 
     @property
     def task_id(self) -> str:
         return self._task_id
-
-    @property
-    def blobs(self) -> BlobStore:
-        """The agent's blob store (for content the activity keeps by reference)."""
-        return self._blobs
 
     @property
     def context_id(self) -> str:
@@ -104,22 +92,10 @@ class ActivityTurnContext:
         return {
             "messageId": f"{self._task_id}:{key}",
             "role": "ROLE_AGENT",
-            "parts": list(self.offload(parts_to_json(parts))),
+            "parts": list(parts_to_json(parts)),
             "taskId": self._task_id,
             "contextId": self._context_id,
         }
-
-    def offload(self, parts: tuple[ProtoJSON, ...]) -> tuple[ProtoJSON, ...]:
-        """Parts with large content in the blob store. Once the turn has emitted ``INLINE_BUDGET``
-        bytes inline (many small chunks of a long reply), every further part goes there too, so
-        what the turn returns stays far below Temporal's payload limit however much it emits."""
-        stored: list[ProtoJSON] = []
-        for part in parts:
-            threshold = OFFLOAD_BYTES if self._inline < INLINE_BUDGET else 0
-            kept = self._blobs.offload_part(part, threshold)
-            self._inline += len(json.dumps(kept, separators=(",", ":"), ensure_ascii=False))
-            stored.append(kept)
-        return tuple(stored)
 
     async def progress(self, key: str, message: str | Part | Sequence[Part]) -> None:
         if not key or key == "final" or (":" in key and key.split(":")[0] in {"ask", "auth"}):
@@ -147,7 +123,6 @@ class ActivityTurnContext:
         body = artifact_to_json(
             Artifact(parts=parts_of(parts), name=name, metadata=metadata or {}), artifact_id
         )
-        body["parts"] = list(self.offload(tuple(body["parts"])))
         self._emit("artifact", {"artifact": body, "append": append, "lastChunk": last_chunk})
         return artifact_id
 
@@ -193,7 +168,7 @@ class ActivityTurnContext:
         body: ProtoJSON = {
             "artifactId": self.response_id,
             "name": "response",
-            "parts": list(self.offload(({"text": text},))),
+            "parts": [{"text": text}],
         }
         # Durable only: the live path showed each delta already.
         self.emitted.append(
@@ -212,12 +187,12 @@ def outcome_of(result: TurnResult, ctx: ActivityTurnContext) -> TurnOutcome:
     if isinstance(result, Delegate):
         return TurnOutcome(
             kind="delegate",
-            message=tuple(ctx.offload(parts_to_json(result.message))),
+            message=parts_to_json(result.message),
             emitted=tuple(ctx.emitted),
             delegations=tuple(
                 DelegationSpec(
                     target=d.to,
-                    parts=tuple(ctx.offload(parts_to_json(d.message))),
+                    parts=parts_to_json(d.message),
                     task_id=d.task_id or "",
                 )
                 for d in result.delegations
@@ -228,14 +203,12 @@ def outcome_of(result: TurnResult, ctx: ActivityTurnContext) -> TurnOutcome:
             f"a turn must return Complete, Ask, AuthRequired, Reject, Fail, Reply or Delegate, "
             f"not {type(result).__name__}"
         )
-    parts: list[ProtoJSON] = list(ctx.offload(parts_to_json(result.message)))
+    parts: list[ProtoJSON] = list(parts_to_json(result.message))
     artifacts: list[ProtoJSON] = []
     if isinstance(result, Complete):
         for index, artifact in enumerate(result.artifacts, start=1):
             artifact_id = artifact.artifact_id or f"{ctx.task_id}:result:{ctx.number}:{index}"
-            body = artifact_to_json(artifact, artifact_id)
-            body["parts"] = list(ctx.offload(tuple(body["parts"])))
-            artifacts.append(body)
+            artifacts.append(artifact_to_json(artifact, artifact_id))
     kind = {
         Complete: "complete",
         Ask: "ask",

@@ -3,7 +3,9 @@
 The workflow runs the loop (``TaskWorkflow._llm_turn``); these are what its activities call. A model
 request is built from the turn's messages (the task's history, files included) and the loop's own
 exchange this turn (earlier responses and tool results, as pydantic-ai JSON that the workflow carries
-without reading). The model's text streams into the turn's response artifact as it arrives. Provider
+without reading). Each entry of the exchange is its own activity argument, so the claim check
+(``harness_core.temporal.codec``) stores a large one once and every later step refers to it: a turn's
+history grows by a reference per step, not by the whole exchange. The model's text streams into the turn's response artifact as it arrives. Provider
 failures are classified (``harness_core.agents.llm``): a rate limit, timeout or 5xx is retried by the
 workflow with backoff; a refused key or request fails the turn at once, with our message, never the
 provider's text.
@@ -11,7 +13,6 @@ provider's text.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -21,7 +22,6 @@ from temporalio.exceptions import ApplicationError
 
 from harness_core.agents.context import ActivityTurnContext
 from harness_core.agents.turn import TurnMessage
-from harness_core.blobs import BLOB_KEY, BlobStore
 from harness_core.payloads import (
     ModelStep,
     ModelStepInput,
@@ -36,18 +36,6 @@ if TYPE_CHECKING:
     from harness_core.agents.tools import LoadedTool
 
 __all__ = ["ModelLoop"]
-
-# Answers (and model responses) longer than this travel by reference.
-_INLINE_TEXT = 16 * 1024
-
-
-def _restore(item: Any, blobs: BlobStore) -> Any:
-    """An exchange entry as the model request needs it (a stored one read back)."""
-    if isinstance(item, dict):
-        entry = cast("dict[str, Any]", item)
-        if BLOB_KEY in entry:
-            return json.loads(blobs.get(str(entry[BLOB_KEY])))
-    return cast("Any", item)
 
 
 class ModelLoop:
@@ -129,7 +117,7 @@ class ModelLoop:
                     )
                 )
             else:
-                messages.extend(llm.load_messages([_restore(item, ctx.blobs)]))
+                messages.extend(llm.load_messages([item]))
         delegations = self._delegation_tools()
         tools = (
             []
@@ -167,20 +155,11 @@ class ModelLoop:
                 )
             )
         return ModelStep(
-            # A long answer travels by reference, in ``message`` and in the exchange.
-            text=text if len(text) <= _INLINE_TEXT else "",
-            message=ctx.offload(({"text": text},)) if len(text) > _INLINE_TEXT else (),
+            text=text,
             tool_calls=tuple(specs),
-            response=self._stored(llm.dump_messages([response])[0], ctx),
+            response=llm.dump_messages([response])[0],
             emitted=tuple(ctx.emitted),
         )
-
-    def _stored(self, response: Any, ctx: ActivityTurnContext) -> Any:
-        """A model response for the exchange: by reference when large (a long answer)."""
-        data = json.dumps(response, separators=(",", ":"), ensure_ascii=False).encode()
-        if len(data) <= _INLINE_TEXT:
-            return response
-        return {BLOB_KEY: ctx.blobs.put(data)}
 
     async def call_tool(self, call: ToolCallInput) -> ToolCallOutput:
         from harness_core.agents.tools import ToolArgumentsError

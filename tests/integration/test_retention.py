@@ -50,10 +50,10 @@ async def test_a_task_waiting_for_input_expires_after_the_idle_timeout(make_harn
     assert kept.status.state == TaskState.TASK_STATE_COMPLETED
 
 
-async def test_the_heartbeat_sweeps_ended_tasks_and_their_blobs_after_the_ttl(make_harness):
+async def test_the_heartbeat_sweeps_ended_tasks_and_their_payloads_after_the_ttl(make_harness):
     """Given ended_ttl = 1s and a heartbeat every second, when a task with a 40 KB part ends, then
     it stays readable and a retry of its first message gets it with no second turn; after the TTL
-    the heartbeat removes it (not found) and its blob file."""
+    the heartbeat removes it (not found) and the claim check's payload files of it."""
     model = ScriptedModel(["noted"])
     harness = make_harness(model, retention={"ended_ttl": "1s"}, heartbeat={"interval": "1s"})
     big = "x" * 40_000
@@ -61,7 +61,7 @@ async def test_the_heartbeat_sweeps_ended_tasks_and_their_blobs_after_the_ttl(ma
     async with serving(harness) as url, a2a_client(url, streaming=False) as client:
         task = await send_blocking(client, first)
         retried = await send_blocking(client, first)
-        blobs = harness.settings.blobs_path / "sha256"
+        blobs = harness.settings.payloads_path / "sha256"
         stored = [p for p in blobs.glob("*/*") if not p.name.startswith(".")]
         with anyio.fail_after(30):
             while True:
@@ -70,7 +70,7 @@ async def test_the_heartbeat_sweeps_ended_tasks_and_their_blobs_after_the_ttl(ma
                 except TaskNotFoundError:
                     break
                 await anyio.sleep(0.2)
-            # The blob goes one heartbeat later, once nothing could still be reading it.
+            # Its payloads go once they are older than the TTL too.
             while [p for p in blobs.glob("*/*") if not p.name.startswith(".")]:
                 await anyio.sleep(0.2)
     assert task.status.state == TaskState.TASK_STATE_COMPLETED

@@ -10,7 +10,6 @@ from temporalio.testing import ActivityEnvironment
 
 from harness_core import ScriptedModel
 from harness_core.activities import AgentActivities
-from harness_core.blobs import BlobStore
 from harness_core.payloads import Archive, TaskRecord, TurnRequest
 from harness_core.store import TaskStore
 
@@ -39,7 +38,7 @@ async def test_a_turn_of_another_agent_is_refused_and_never_reaches_the_model(
 ) -> None:
     model = ScriptedModel(["beta's answer"])
     store = TaskStore(tmp_path / "beta.sqlite3")
-    activities = AgentActivities("beta", model, store, BlobStore(tmp_path / "blobs"))
+    activities = AgentActivities("beta", model, store)
     env = ActivityEnvironment()
     try:
         with pytest.raises(

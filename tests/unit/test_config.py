@@ -595,7 +595,7 @@ def test_a_model_server_configuration_loads_and_its_key_comes_from_the_environme
         settings.model_api_key()
     monkeypatch.setenv("TEST_MODEL_KEY", " sk-from-env\n")
     assert settings.model_api_key() == "sk-from-env"
-    assert settings.blobs_path == tmp_path / ".harness" / "harness-blobs"
+    assert settings.payloads_path == tmp_path / ".harness" / "temporal-payloads"
 
 
 def test_a_malformed_media_type_is_refused(tmp_path: Path) -> None:
