@@ -177,13 +177,18 @@ class PayloadStore(StorageDriver):
     def get(self, digest: str) -> bytes:
         """The payload stored under ``digest``; raises ``PayloadMissingError`` when it is gone."""
         path = self._path(digest)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+        # A collection may hold it aside for a moment (and put it back if it is referred to).
+        for candidate in (path, path.with_name(".doomed-" + digest), path):
+            try:
+                data = candidate.read_bytes()
+                break
+            except FileNotFoundError:
+                continue
+        else:
             raise PayloadMissingError(
                 f"payload {digest} is not in {self.directory} (do all processes that use this "
                 "Temporal connection share its payload directory?)"
-            ) from None
+            )
         if hashlib.sha256(data).hexdigest() != digest:
             raise PayloadMissingError(f"payload {digest} in {self.directory} is damaged")
         return data
