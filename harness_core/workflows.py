@@ -114,6 +114,8 @@ STORE_ATTEMPTS = 5
 # and has not ended writes its state to the listing index.
 _LOCAL_STORE_RECORD = "store-record-local"
 _INDEX_CHECKPOINT = "index-checkpoint"
+# The final record is stored before a webhook hears that the task ended.
+_RECORD_BEFORE_PUSH = "record-before-push"
 # A task waiting for input expires after [retention] idle_timeout.
 _IDLE_EXPIRY = "idle-expiry"
 # A stand-in continuing a remote task notes the task's status before it sends.
@@ -214,6 +216,9 @@ class TaskWorkflow:
         # Push notifications: on once a client registers a webhook for the task.
         self._push = carry.push if carry else False
         self._pushed = carry.pushed_seq if carry else 0
+        # Pushes of an ended task wait for its final record (a receiver that reads the task on
+        # COMPLETED must find it COMPLETED); False only between the end and the record.
+        self._push_open = True
         self._history: list[ProtoJSON] = []  # this run's messages
         self._events: list[TaskEvent] = []  # this run's events
         self._mailbox: list[Inbound] = []
@@ -343,7 +348,9 @@ class TaskWorkflow:
         that retries with backoff (and so survives restarts)."""
         await workflow.wait_condition(lambda: self._push)
         while True:
-            await workflow.wait_condition(lambda: self._last_seq() > self._pushed)
+            await workflow.wait_condition(
+                lambda: self._last_seq() > self._pushed and self._push_open
+            )
             upto = self._last_seq()
             first = max(self._pushed - self._archived_events, 0)
             batch = PushBatch(
@@ -409,8 +416,14 @@ class TaskWorkflow:
         else:
             self._refuse_pending()
         self._closed = True
-        await self._pushes_sent()
-        record = await self._store_final(start)
+        if workflow.patched(_RECORD_BEFORE_PUSH):
+            self._push_open = False
+            record = await self._store_final(start)
+            self._push_open = True
+            await self._pushes_sent()
+        else:
+            await self._pushes_sent()
+            record = await self._store_final(start)
         # Blocked senders wake on _closed; let their updates finish first.
         await workflow.wait_condition(workflow.all_handlers_finished)
         return record

@@ -161,3 +161,47 @@ async def test_a_webhook_on_loopback_or_not_http_is_refused_without_an_allow_lis
             ListTaskPushNotificationConfigsRequest(task_id=task_id)
         )
     assert list(kept.configs) == []
+
+
+async def test_a_webhook_that_reads_the_task_on_completed_finds_it_completed(make_harness):
+    """Given a webhook that reads the task (GetTask over JSON-RPC) as soon as it hears a terminal
+    state, then what it reads is that terminal state: the final record is stored before any
+    webhook hears that the task ended."""
+    read: list[str] = []
+    agent_url: list[str] = []
+
+    async def hook(request: Request) -> JSONResponse:
+        body = await request.json()
+        status = body.get("statusUpdate", {}).get("status", {})
+        if status.get("state") == "TASK_STATE_COMPLETED":
+            task_id = body["statusUpdate"]["taskId"]
+            async with httpx.AsyncClient() as http:
+                answer = await http.post(
+                    f"{agent_url[0]}/",
+                    headers={"A2A-Version": "1.0"},
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "GetTask",
+                        "params": {"id": task_id},
+                    },
+                )
+            read.append(answer.json()["result"]["status"]["state"])
+        return JSONResponse({})
+
+    app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
+    harness = make_harness(ScriptedModel(["done"]), push={"allow_hosts": ["127.0.0.1"]})
+    async with serving_app(app) as hook_base, serving(harness) as url:
+        agent_url.append(url)
+        webhook = TaskPushNotificationConfig(url=f"{hook_base}/hook", token="t")
+        async with a2a_client(url, streaming=False) as client:
+            for n in range(3):
+                request = SendMessageRequest(
+                    message=user_message(f"task {n}"),
+                    configuration=SendMessageConfiguration(task_push_notification_config=webhook),
+                )
+                _ = [e async for e in client.send_message(request)]
+            with anyio.fail_after(30):
+                while len(read) < 3:
+                    await anyio.sleep(0.05)
+    assert read == ["TASK_STATE_COMPLETED"] * 3
