@@ -26,7 +26,6 @@ from harness_core.agents.builtin import agent_from_config, model_loop_from_confi
 from harness_core.agents.modes import LLM_INPUT_MODES, TEXT_MODES
 from harness_core.agents.turn import Agent, AgentFunction
 from harness_core.config import RemoteAgentConfig, Settings
-from harness_core.converter import data_converter
 from harness_core.delegation import DelegationActivities, card_problem
 from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
 from harness_core.logs import agent_context, install_record_redaction, quiet_client_errors
@@ -37,6 +36,7 @@ from harness_core.push import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.tasks import TaskService
+from harness_core.temporal.codec import payload_store_of
 from harness_core.urls import normalize_prefix, public_url
 from harness_core.worker import run_worker, sync_heartbeat_schedule
 
@@ -118,14 +118,12 @@ class Harness:
         #: The media types the agent accepts and produces (its card's modes); a message with a
         #: part of another type is refused.
         self.input_modes, self.output_modes = self._modes()
-        if client is not None and (
-            client.data_converter.payload_converter_class
-            is not data_converter.payload_converter_class
-        ):
+        store = payload_store_of(client.data_converter) if client is not None else None
+        if client is not None and (store is None or store.directory != settings.payloads_path):
             raise ConfigError(
                 f"agent {settings.agent_id}: connect the Temporal client you pass with "
-                "data_converter=harness_core.converter.data_converter (the runtime's payloads "
-                "need it)"
+                "data_converter=harness_core.temporal.codec.data_converter_for(settings) (the "
+                "runtime's payloads and its claim check over [temporal] payloads need it)"
             )
         self._client = client
         self._prefix = normalize_prefix(prefix)

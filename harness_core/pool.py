@@ -34,7 +34,7 @@ from harness_core.bridge import TemporalBridge, current_backend, open_bridge
 from harness_core.config import Settings
 from harness_core.embedded import EmbeddedServer, open_embedded_temporal
 from harness_core.errors import ConfigError
-from harness_core.temporal.codec import PayloadStore, claim_check_converter
+from harness_core.temporal.codec import PayloadStore, claim_check_converter, payload_store_of
 
 __all__ = ["TemporalConnection", "TemporalPool", "pool"]
 
@@ -166,14 +166,12 @@ class TemporalPool:
         """Lease the connection ``settings`` describe (or wrap ``client``, which is never closed)."""
         async with self._lease_bridge() as bridge:
             if client is not None:
-                storage = client.data_converter.external_storage
-                drivers = storage.drivers if storage is not None else ()
                 yield TemporalConnection(
                     client=client,
                     bridge=bridge,
                     namespace=client.namespace,
                     address=str(settings.temporal.address or ""),
-                    payloads=next((d for d in drivers if isinstance(d, PayloadStore)), None),
+                    payloads=payload_store_of(client.data_converter),
                 )
                 return
             key = connection_key(settings)

@@ -46,6 +46,7 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 
+from harness_core.config import Settings
 from harness_core.converter import data_converter
 from harness_core.errors import HarnessError
 
@@ -54,6 +55,8 @@ __all__ = [
     "PayloadMissingError",
     "PayloadStore",
     "claim_check_converter",
+    "data_converter_for",
+    "payload_store_of",
     "task_of",
 ]
 
@@ -266,3 +269,16 @@ def claim_check_converter(store: PayloadStore) -> DataConverter:
         data_converter,
         external_storage=ExternalStorage(drivers=[store], payload_size_threshold=CLAIM_BYTES),
     )
+
+
+def data_converter_for(settings: Settings) -> DataConverter:
+    """The data converter a Temporal client passed to ``Harness(client=...)`` must have: the
+    harness's payloads, with the claim check over the agent's ``[temporal] payloads``."""
+    return claim_check_converter(PayloadStore(settings.payloads_path))
+
+
+def payload_store_of(converter: DataConverter) -> PayloadStore | None:
+    """The claim check's directory of a data converter, if it has the harness's."""
+    storage = converter.external_storage
+    drivers = storage.drivers if storage is not None else ()
+    return next((d for d in drivers if isinstance(d, PayloadStore)), None)

@@ -245,14 +245,16 @@ async def test_a_client_without_the_runtimes_converter_is_refused_at_constructio
 
     from harness_core import ConfigError
     from harness_core.converter import data_converter
+    from harness_core.temporal.codec import data_converter_for
 
+    settings = agent_settings(tmp_path, temporal_address)
     plain = await Client.connect(temporal_address)
-    with pytest.raises(
-        ConfigError, match=r"data_converter=harness_core\.converter\.data_converter"
-    ):
-        Harness(agent_settings(tmp_path, temporal_address), client=plain)
-    ours = await Client.connect(temporal_address, data_converter=data_converter)
-    Harness(agent_settings(tmp_path, temporal_address), client=ours)
+    without_claim_check = await Client.connect(temporal_address, data_converter=data_converter)
+    for client in (plain, without_claim_check):
+        with pytest.raises(ConfigError, match=r"data_converter_for\(settings\)"):
+            Harness(settings, client=client)
+    ours = await Client.connect(temporal_address, data_converter=data_converter_for(settings))
+    Harness(settings, client=ours)
 
 
 async def test_a_failing_agent_stops_the_group_at_once_even_when_it_owns_the_shared_connection(
