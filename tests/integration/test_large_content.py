@@ -204,6 +204,8 @@ async def test_a_remote_agents_five_megabyte_file_arrives_whole_at_the_delegatin
         )
 
     binary = ["text/plain", "application/octet-stream"]
+    # Agents on one Temporal connection share its payload directory (the claim check's).
+    payloads = str(tmp_path / "temporal-payloads")
     harnesses = [
         Harness(
             agent_settings(
@@ -211,6 +213,7 @@ async def test_a_remote_agents_five_megabyte_file_arrives_whole_at_the_delegatin
                 temporal_address,
                 agent_id,
                 agent={"input_modes": binary, "output_modes": binary},
+                temporal={"payloads": payloads},
             ),
             agent=agent,
             prefix=f"/agents/{agent_id}",
