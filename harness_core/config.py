@@ -97,7 +97,8 @@ class TemporalConfig:
     # The claim check's directory: payloads over 16 KiB (files, long replies, tool results) are
     # kept there by digest and travel through Temporal as references. Every process that uses
     # the same Temporal connection must share it. None means beside the embedded database
-    # (<database>-payloads/), or .harness/temporal-payloads/ beside the store when remote.
+    # (<database>-payloads/), or .harness/temporal-payloads/ beside the store when remote (in a
+    # process, agents on one connection use its first agent's).
     payloads: Path | None = None
     embedded: EmbeddedConfig = attrs.field(factory=EmbeddedConfig)
 

@@ -184,8 +184,15 @@ class TemporalPool:
                             f"{settings.database_path} must use one namespace "
                             f"({connection.namespace!r}, not {settings.temporal.namespace!r})"
                         )
+                    # The connection's payload directory is its first agent's; another agent
+                    # joins it unless it names a different one.
                     payloads = connection.payloads
-                    if payloads is not None and payloads.directory != settings.payloads_path:
+                    named = settings.temporal.payloads is not None
+                    if (
+                        named
+                        and payloads is not None
+                        and payloads.directory != settings.payloads_path
+                    ):
                         raise ConfigError(
                             f"agent {settings.agent_id}: agents that share a Temporal connection "
                             f"must share its payload directory ([temporal] payloads: "
