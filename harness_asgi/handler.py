@@ -71,7 +71,12 @@ from harness_core.harness import Harness
 from harness_core.live import LIVE, LiveEvent
 from harness_core.payloads import TERMINAL_STATES, EventPage, ProtoJSON, TaskEvent, TaskView
 from harness_core.push import webhook_problem
-from harness_core.tasks import AFTER_TURN_DELAY, FOLLOW_FIRST_DELAY, FOLLOW_MAX_DELAY, TaskService
+from harness_core.tasks.service import (
+    AFTER_TURN_DELAY,
+    FOLLOW_FIRST_DELAY,
+    FOLLOW_MAX_DELAY,
+    TaskService,
+)
 
 __all__ = ["SEQ_KEY", "HarnessRequestHandler"]
 

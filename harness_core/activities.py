@@ -27,7 +27,7 @@ from harness_core.agents.context import ActivityTurnContext, outcome_of
 from harness_core.agents.parts import message_from_json
 from harness_core.agents.turn import Agent, TurnMessage
 from harness_core.converter import payload_converter
-from harness_core.delegation import DelegationActivities
+from harness_core.delegation.activities import DelegationActivities
 from harness_core.live import LIVE
 from harness_core.payloads import (
     Archive,
@@ -43,15 +43,15 @@ from harness_core.payloads import (
 from harness_core.push import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
+from harness_core.tasks.attempts import TASK_CANCELED
 from harness_core.temporal.codec import PayloadStore
-from harness_core.workflows import (
+from harness_core.temporal.names import (
     ARCHIVE,
     CHECKPOINT,
     HEARTBEAT,
     MODEL_STEP,
     RUN_TURN,
     STORE_RECORD,
-    TASK_CANCELED,
     TOOL_CALL,
 )
 

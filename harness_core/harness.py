@@ -26,7 +26,7 @@ from harness_core.agents.builtin import agent_from_config, model_loop_from_confi
 from harness_core.agents.modes import LLM_INPUT_MODES, TEXT_MODES
 from harness_core.agents.turn import Agent, AgentFunction
 from harness_core.config import RemoteAgentConfig, Settings
-from harness_core.delegation import DelegationActivities, card_problem
+from harness_core.delegation.activities import DelegationActivities, card_problem
 from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
 from harness_core.logs import agent_context, install_record_redaction, quiet_client_errors
 from harness_core.model import Model, as_agent
@@ -35,7 +35,7 @@ from harness_core.pool import pool
 from harness_core.push import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
-from harness_core.tasks import TaskService
+from harness_core.tasks.service import TaskService
 from harness_core.temporal.codec import payload_store_of
 from harness_core.urls import normalize_prefix, public_url
 from harness_core.worker import run_worker, sync_heartbeat_schedule

@@ -30,9 +30,11 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from harness_core.activities import AgentActivities
+from harness_core.delegation.workflow import DelegationWorkflow
 from harness_core.logs import AgentContextInterceptor
 from harness_core.pool import TemporalConnection
-from harness_core.workflows import DelegationWorkflow, HeartbeatWorkflow, TaskWorkflow
+from harness_core.tasks.workflow import TaskWorkflow
+from harness_core.temporal.heartbeat import HeartbeatWorkflow
 
 __all__ = [
     "PASSTHROUGH",

@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from harness_core import Ask, Complete, FilePart, TurnContext
 from harness_core.agents.turn import Artifact, TurnResult
-from harness_core.workflows import RUN_MESSAGES
+from harness_core.tasks.state import RUN_MESSAGES
 from tests.conftest import a2a_client, serving, user_message
 from tests.integration.test_a2a_methods import send_blocking, send_immediately, wait_for_state
 

@@ -19,7 +19,7 @@ from a2a.types import GetTaskRequest, TaskState
 
 from harness_core import Complete, TurnContext
 from harness_core.agents.turn import TurnResult
-from harness_core.tasks import derive_task_id
+from harness_core.tasks.service import derive_task_id
 from tests.conftest import a2a_client, free_port, serving, user_message
 from tests.integration.test_a2a_methods import HELD, send_blocking, send_immediately, wait_for_state
 from tests.integration.test_cli import Server, rpc, write_config

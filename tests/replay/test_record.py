@@ -29,7 +29,7 @@ from harness_core import (
 )
 from harness_core.agents.turn import Artifact, TurnResult
 from harness_core.store import content_digest
-from harness_core.tasks import derive_task_id
+from harness_core.tasks.service import derive_task_id
 from tests.conftest import a2a_client, serving, user_message
 from tests.fakes.model_servers import serve_fake_openai, text_reply, tool_call_reply
 from tests.integration.test_a2a_methods import (

@@ -11,8 +11,10 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from harness_core.converter import data_converter
+from harness_core.delegation.workflow import DelegationWorkflow
+from harness_core.tasks.workflow import TaskWorkflow
+from harness_core.temporal.heartbeat import HeartbeatWorkflow
 from harness_core.worker import workflow_runner
-from harness_core.workflows import DelegationWorkflow, HeartbeatWorkflow, TaskWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 

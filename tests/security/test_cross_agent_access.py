@@ -149,7 +149,7 @@ async def test_a_task_workflow_on_another_queue_is_not_found_even_if_it_names_th
     from temporalio.client import Client, WorkflowExecutionStatus
 
     from harness_core.payloads import TaskStart
-    from harness_core.workflows import TaskWorkflow
+    from harness_core.tasks.workflow import TaskWorkflow
 
     a = make_harness()
     task_id = f"forged-{uuid.uuid4().hex}"

@@ -23,7 +23,7 @@ from starlette.requests import Request
 
 from harness_core import ScriptedModel, TurnOutput
 from harness_core.store import content_digest
-from harness_core.tasks import derive_task_id
+from harness_core.tasks.service import derive_task_id
 from tests.conftest import a2a_client, serving, user_message
 from tests.integration.test_a2a_methods import collect, send_blocking
 from tests.security.victim import snapshot

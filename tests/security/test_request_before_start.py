@@ -19,7 +19,7 @@ from starlette.routing import Mount
 from harness_asgi.fastapi import harness_router
 from harness_core import Harness, ScriptedModel
 from harness_core.store import content_digest
-from harness_core.tasks import derive_task_id
+from harness_core.tasks.service import derive_task_id
 from tests.conftest import agent_settings, serving_app
 
 pytestmark = pytest.mark.anyio

@@ -17,7 +17,7 @@ from harness_core.payloads import (
     may_access,
 )
 from harness_core.store import TaskStore, content_digest, parse_timestamp
-from harness_core.tasks import derive_task_id
+from harness_core.tasks.service import derive_task_id
 
 
 class _Store(TaskStore):

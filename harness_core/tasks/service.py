@@ -41,6 +41,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from harness_core.delegation.workflow import DelegationWorkflow
 from harness_core.errors import (
     InvalidRequestValueError,
     TaskClosedError,
@@ -66,7 +67,9 @@ from harness_core.payloads import (
 from harness_core.pool import TemporalConnection
 from harness_core.secrets import SECRETS
 from harness_core.store import IndexRow, TaskStore, content_digest
-from harness_core.workflows import DelegationWorkflow, TaskWorkflow, task_closed_message
+from harness_core.tasks.state import task_closed_message
+from harness_core.tasks.workflow import TaskWorkflow
+from harness_core.temporal.names import DELEGATION_WORKFLOW, TASK_WORKFLOW
 
 __all__ = ["MAX_MESSAGE_BYTES", "Delivery", "TaskService", "derive_task_id", "fold_artifacts"]
 
@@ -205,7 +208,7 @@ class TaskService:
         if task_id in self._owned:
             self._owned.move_to_end(task_id)
             return True
-        owner = await self._runs_here(task_id, "TaskWorkflow")
+        owner = await self._runs_here(task_id, TASK_WORKFLOW)
         if owner:
             self._own(task_id)
         return owner
@@ -472,7 +475,7 @@ class TaskService:
             return False
 
         try:
-            if not await self._runs_here(standin_id, "DelegationWorkflow"):
+            if not await self._runs_here(standin_id, DELEGATION_WORKFLOW):
                 return False
         except RPCError:
             return False

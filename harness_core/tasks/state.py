@@ -1,0 +1,585 @@
+"""The rules of one task, with no I/O: what a message, an outcome, a cancel or a timer does to it.
+
+``TaskState`` holds one run of a task (its messages, events, mailbox and counters) and decides:
+whether a message is taken (and what a refusal says), what a turn is given, how an outcome changes the
+task, what the listing index and the archive learn, when the run is full, and what the next run
+carries. It imports nothing from Temporal and reads the time only through the clock it is given, so
+every rule is tested without a server (``tests/unit/test_task_state.py``, with hypothesis over any
+sequence of inputs). ``TaskWorkflow`` (``harness_core.tasks.workflow``) is its driver: it waits,
+runs activities and child workflows, and feeds what they return back in (hypercorn's sans-IO
+protocol classes with thin runners are the model, ``shared/STYLE.md`` §10).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, cast
+
+import attrs
+
+from harness_core.payloads import (
+    SETTLED_STATES,
+    TERMINAL_STATES,
+    Archive,
+    DelegationProgress,
+    DelegationResult,
+    Inbound,
+    IndexEntry,
+    ProtoJSON,
+    Receipt,
+    TaskCarry,
+    TaskEvent,
+    TaskStart,
+    TaskTail,
+    TurnOutcome,
+    TurnRequest,
+    may_access,
+    relayed_status,
+)
+
+__all__ = [
+    "CLOSED_TASK",
+    "INLINE_HISTORY",
+    "INTERRUPTED_STATES",
+    "RUN_BYTES",
+    "RUN_MESSAGES",
+    "TaskRefused",
+    "TaskState",
+    "answer_parts",
+    "json_size",
+    "task_closed_message",
+    "text_message",
+]
+
+# The text of a closed task's refusal; the HTTP layer recognises it to answer with a clear A2A error.
+CLOSED_TASK = "task is closed"
+#: A run continues as new once idle past this many messages or bytes of them (JSON); it refuses
+#: further messages for a moment (``TaskBusy``, retried by the sender) at twice as many, which only
+#: a flood during one turn reaches.
+RUN_MESSAGES = 200
+RUN_BYTES = 512 * 1024
+#: A turn is given the run's unwritten messages inline up to this many bytes (no store write on
+#: a short conversation's turns); past it, it writes them to the store and reads its history there.
+INLINE_HISTORY = 8 * 1024
+INTERRUPTED_STATES = frozenset({"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"})
+
+
+def task_closed_message(task_id: str, state: str) -> str:
+    return f"{CLOSED_TASK}: task {task_id} is {state.removeprefix('TASK_STATE_').lower()}"
+
+
+def json_size(value: Any) -> int:
+    """The size of ``value`` as compact JSON, in bytes."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def text_message(text: str) -> tuple[ProtoJSON, ...]:
+    return ({"text": text},)
+
+
+def answer_parts(result: DelegationResult) -> list[ProtoJSON]:
+    """Another agent's answer: its final message's parts, then its artifacts'."""
+    parts: list[ProtoJSON] = list(result.parts)
+    for artifact in result.artifacts:
+        parts.extend(cast("list[ProtoJSON]", artifact.get("parts") or []))
+    return parts
+
+
+class TaskRefused(Exception):
+    """A message the task does not take. ``kind`` is the failure type the sender learns
+    (``TaskNotFound``, ``MessageIdReused``, ``TaskClosed``, or ``TaskBusy``, the one worth a retry)."""
+
+    def __init__(
+        self,
+        kind: Literal["TaskNotFound", "MessageIdReused", "TaskClosed", "TaskBusy"],
+        message: str,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind == "TaskBusy"
+
+
+class TaskState:
+    """One run of one task: its state, and every decision about it.
+
+    ``now`` gives the time as an ISO-8601 string (the workflow's clock); ``start`` is the run's input,
+    with what an earlier run carried over.
+    """
+
+    def __init__(self, start: TaskStart, now: Callable[[], str]) -> None:
+        self.start = start
+        self._now = now
+        carry = start.carry
+        self.status: ProtoJSON = (
+            dict(carry.status) if carry else {"state": "TASK_STATE_SUBMITTED", "timestamp": now()}
+        )
+        self.participants: list[str] = list(carry.participants) if carry else []
+        # Message id -> content digest, for this run and the one before it.
+        self.ids: dict[str, str] = dict(carry.recent_ids) if carry else {}
+        self.run_ids: list[tuple[str, str]] = []
+        self.archived_messages = carry.archived_messages if carry else 0
+        self.archived_events = carry.archived_events if carry else 0
+        # The events the listing index (the agent's store) has: it learns the others at the next
+        # durable point (a turn's start, the task going idle or ending).
+        self.indexed_seq = self.archived_events
+        self.turns = carry.turns if carry else 0
+        self.runs = (carry.runs if carry else 0) + 1
+        self.cancel_requested = carry.cancel_requested if carry else False
+        # Push notifications: on once a client registers a webhook for the task.
+        self.push = carry.push if carry else False
+        self.pushed = carry.pushed_seq if carry else 0
+        self.history: list[ProtoJSON] = []  # this run's messages
+        self.events: list[TaskEvent] = []  # this run's events
+        self.mailbox: list[Inbound] = []
+        self.senders: dict[str, str] = {}  # message id -> participant, for this run
+        # This run's messages that turns have already written to the store (each turn sends only
+        # the ones after these, so no input copies the run's history).
+        self.persisted = 0
+        self.refused: set[str] = set()  # accepted, then dropped because the task ended first
+        self.run_bytes = 0
+        self.accepted = 0  # messages accepted in this run
+        self.processed = 0  # of those, the ones a finished turn has seen (or the end refused)
+        self.in_turn = False
+        self.closing = False  # about to continue as new: new messages wait (TaskBusy)
+        self.closed = False
+        self.may_reply = False
+        self.reply: ProtoJSON | None = None  # a direct Message answered the first message
+        if start.first is not None:
+            self.accept(start.first)
+
+    # -- what it is ---------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return str(self.status.get("state", ""))
+
+    @property
+    def task_id(self) -> str:
+        return self.start.task_id
+
+    def busy(self) -> bool:
+        """A turn runs, or a message waits for one."""
+        return bool(self.mailbox) or self.in_turn
+
+    def settled(self) -> bool:
+        """Nothing to do, and the task rests in a state where a client stops waiting."""
+        return not self.busy() and self.state in SETTLED_STATES
+
+    def ended(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    def last_seq(self) -> int:
+        return self.archived_events + len(self.events)
+
+    def run_is_full(self, suggested: bool = False) -> bool:
+        """The run should continue as new (``suggested``: Temporal says its history is long)."""
+        return self.accepted >= self.start.run_messages or self.run_bytes >= RUN_BYTES or suggested
+
+    def idle_seconds(self) -> float | None:
+        """How long the task may wait for input before it expires (None: as long as it takes)."""
+        if not self.start.idle_seconds or self.state not in INTERRUPTED_STATES:
+            return None
+        return self.start.idle_seconds
+
+    # -- events -------------------------------------------------------------------------------------
+
+    def event(self, kind: str, body: ProtoJSON) -> None:
+        body = {"taskId": self.task_id, "contextId": self.start.context_id, **body}
+        seq = self.last_seq() + 1
+        self.events.append(
+            TaskEvent(seq=seq, kind="status" if kind == "status" else "artifact", body=body)
+        )
+        self.run_bytes += json_size(body)
+
+    def emit_status(self, state: str, message: ProtoJSON | None = None) -> None:
+        status: ProtoJSON = {"state": state, "timestamp": self._now()}
+        if message is not None:
+            status["message"] = message
+        self.status = status
+        self.event("status", {"status": status})
+
+    def agent_message(self, key: str, parts: Sequence[ProtoJSON]) -> ProtoJSON:
+        """An agent message with a semantic id (``<task id>:<key>``), added to the history."""
+        message: ProtoJSON = {
+            "messageId": f"{self.task_id}:{key}",
+            "role": "ROLE_AGENT",
+            "parts": list(parts),
+            "taskId": self.task_id,
+            "contextId": self.start.context_id,
+        }
+        self.history.append(message)
+        self.run_bytes += json_size(message)
+        return message
+
+    def end(self, state: str, text: str) -> None:
+        """The task ends in ``state``, saying ``text``."""
+        self.emit_status(state, self.agent_message("final", text_message(text)))
+
+    def expire(self) -> None:
+        """It waited for input past ``[retention] idle_timeout``."""
+        seconds = self.start.idle_seconds
+        waited = f"{seconds / 86400:g}d" if seconds >= 86400 else f"{seconds:g}s"
+        self.end(
+            self.start.expired_state,
+            f"this task expired: it waited for input for {waited} "
+            "([retention] idle_timeout); start a new task",
+        )
+
+    # -- messages -----------------------------------------------------------------------------------
+
+    def check(self, inbound: Inbound) -> None:
+        """Raise ``TaskRefused`` unless the task takes ``inbound`` (a retry of a message it has is
+        taken: it changes nothing)."""
+        if inbound.agent_id != self.start.agent_id:
+            # Another agent's task reads as not found (and is left unchanged).
+            raise TaskRefused("TaskNotFound", "task not found")
+        first = self.start.first
+        first_id = first.message.get("messageId") if first is not None else None
+        owner_only = bool(self.ids) and inbound.message.get("messageId") != first_id
+        if owner_only and not may_access(self.participants, inbound.participant):
+            # A participant who is not on the task reads it as not found (the first message
+            # is what puts its sender on the task).
+            raise TaskRefused("TaskNotFound", "task not found")
+        message_id = str(inbound.message.get("messageId", ""))
+        if message_id.startswith(f"{self.task_id}:"):
+            raise TaskRefused(
+                "MessageIdReused", f"message ids starting with {self.task_id}: belong to the agent"
+            )
+        known = self.ids.get(message_id)
+        if known is not None:
+            if known != inbound.digest:
+                raise TaskRefused(
+                    "MessageIdReused",
+                    f"message id {message_id} was already used for another message",
+                )
+            return
+        if self.closed or self.ended() or self.cancel_requested:
+            raise TaskRefused("TaskClosed", task_closed_message(self.task_id, self.state))
+        full = self.accepted >= 2 * self.start.run_messages or self.run_bytes >= 2 * RUN_BYTES
+        if self.closing or full:
+            # The run is archiving itself; the sender retries in a moment, on the next run.
+            raise TaskRefused("TaskBusy", "task is busy; retry")
+
+    def accept(self, inbound: Inbound) -> bool:
+        """Take a user message into the task (False: a retry of one it has)."""
+        message_id = str(inbound.message.get("messageId", ""))
+        if message_id in self.ids:
+            return False
+        message = {**inbound.message, "taskId": self.task_id, "contextId": self.start.context_id}
+        self.ids[message_id] = inbound.digest
+        self.run_ids.append((message_id, inbound.digest))
+        if inbound.participant:
+            self.senders[message_id] = inbound.participant
+            if inbound.participant not in self.participants:
+                self.participants.append(inbound.participant)
+        # Idle: the message is next in the history. During a turn it waits for the next turn to
+        # take it, so the history stays in the order the model saw it.
+        self.mailbox.append(attrs.evolve(inbound, message=message))
+        if not self.in_turn:
+            self.history.append(message)
+        self.run_bytes += inbound.size
+        self.accepted += 1
+        if inbound.push:
+            self.push = True
+        return True
+
+    def answered(self, accepted: int) -> bool:
+        """A blocking sender whose message was the ``accepted``-th of the run may have its answer."""
+        return self.closed or (self.processed >= accepted and self.settled())
+
+    def receipt(
+        self, message_id: str, inbound: Inbound, *, cursor: int, duplicate: bool
+    ) -> Receipt:
+        """What the sender of ``inbound`` learns: raises ``TaskRefused`` when the task ended
+        before a turn took it."""
+        if message_id in self.refused:
+            raise TaskRefused("TaskClosed", task_closed_message(self.task_id, self.state))
+        exchange, first = self._exchange(message_id, inbound)
+        return Receipt(
+            duplicate=duplicate,
+            cursor=cursor,
+            status=self.status,
+            closed=self.closed,
+            busy=self.busy(),
+            reply=self.reply,
+            context_id=self.start.context_id,
+            participants=tuple(self.participants),
+            messages=exchange,
+            events=tuple(self.events[max(cursor - self.archived_events, 0) :]),
+            last_seq=self.last_seq(),
+            first_message=first,
+        )
+
+    def _exchange(self, message_id: str, inbound: Inbound) -> tuple[tuple[ProtoJSON, ...], int]:
+        """The message and what followed it in this run (itself alone while it waits for a turn),
+        and the position of the first of them in the task (-1 while it waits)."""
+        for index, message in enumerate(self.history):
+            if message.get("messageId") == message_id:
+                return tuple(self.history[index:]), self.archived_messages + index
+        if message_id in self.refused:
+            return (), -1
+        return (inbound.message,), -1
+
+    def keep_pending(self) -> None:
+        """The task was canceled with messages still queued: they were accepted before the cancel,
+        so they stay in the task, unanswered (their waiting senders get the canceled task)."""
+        in_history = {m.get("messageId") for m in self.history}
+        for inbound in self.mailbox:
+            if inbound.message.get("messageId") not in in_history:
+                self.history.append(inbound.message)
+        self.processed += len(self.mailbox)
+        self.mailbox.clear()
+
+    def refuse_pending(self) -> None:
+        """The task ended with messages still queued: drop them, and tell their waiting senders."""
+        for inbound in self.mailbox:
+            message_id = str(inbound.message.get("messageId", ""))
+            self.refused.add(message_id)
+            self.history = [m for m in self.history if m.get("messageId") != message_id]
+        self.processed += len(self.mailbox)
+        self.mailbox.clear()
+
+    def close(self) -> None:
+        """The run loop is over: queued messages stay (canceled) or are refused (ended)."""
+        if self.state == "TASK_STATE_CANCELED":
+            self.keep_pending()
+        else:
+            self.refuse_pending()
+        self.closed = True
+
+    def cancel(self) -> None:
+        """A client canceled the task (the running turn is canceled by the driver)."""
+        if not self.ended():
+            self.cancel_requested = True
+
+    def relay(self, progress: Sequence[DelegationProgress]) -> None:
+        """Another agent's progress on a delegation of this task, shown as WORKING updates while
+        the delegating turn waits (late ones change nothing)."""
+        if not self.in_turn or self.state != "TASK_STATE_WORKING":
+            return
+        for item in progress:
+            status = relayed_status(item, self.task_id, self.start.context_id)
+            status["timestamp"] = self._now()
+            self.status = status
+            self.event("status", {"status": status})
+
+    # -- turns --------------------------------------------------------------------------------------
+
+    def begin_turn(self) -> tuple[TurnRequest, int, bool]:
+        """Start a turn on the mailbox: the request, how many messages it takes, and whether it
+        may run as a local activity (every sender waits for the answer anyway)."""
+        start = self.start
+        self.in_turn = True
+        taken = len(self.mailbox)
+        local = start.local_activity and all(inbound.wait for inbound in self.mailbox)
+        in_history = {m.get("messageId") for m in self.history}
+        new_ids: list[str] = []
+        for inbound in self.mailbox:
+            message_id = str(inbound.message.get("messageId", ""))
+            new_ids.append(message_id)
+            if message_id not in in_history:
+                self.history.append(inbound.message)
+        self.mailbox.clear()
+        self.turns += 1
+        if self.state != "TASK_STATE_WORKING":
+            self.emit_status("TASK_STATE_WORKING")
+        unwritten = self.history[self.persisted :]
+        persist = json_size(unwritten) > INLINE_HISTORY
+        request = TurnRequest(
+            agent_id=start.agent_id,
+            task_id=start.task_id,
+            context_id=start.context_id,
+            number=self.turns,
+            archived=self.archived_messages + self.persisted,
+            messages=tuple(unwritten),
+            new_ids=tuple(new_ids),
+            senders=self._senders_of(unwritten),
+            may_reply=self.turns == 1 and self.archived_events == 0 and len(self.events) <= 1,
+            persist=persist,
+            # The turn's messages travel in the request itself; the entry carries the rest.
+            index=self.index_entry(len(self.history), len(self.history)),
+        )
+        self.may_reply = request.may_reply
+        if persist:
+            # The turn's activity writes these messages to the store before reading its history.
+            self.persisted = len(self.history)
+        return request, taken, local
+
+    def end_turn(self, taken: int) -> None:
+        self.processed += taken
+        self.in_turn = False
+
+    def apply(self, outcome: TurnOutcome) -> None:
+        """What the turn did: its events, artifacts, and how it ended."""
+        number = self.turns
+        for kind, body in outcome.emitted:
+            if kind == "status":
+                self.status = dict(body.get("status", self.status))
+            self.event(kind, body)
+        for artifact in outcome.artifacts:
+            self.event("artifact", {"artifact": artifact, "lastChunk": True})
+        message = outcome.message
+        if outcome.kind == "fail":
+            self.emit_status(
+                "TASK_STATE_FAILED",
+                self.agent_message("final", message or text_message("the task failed")),
+            )
+        elif outcome.kind == "delegate":
+            pass  # the answers wait in the mailbox: the next turn takes them
+        elif outcome.kind == "reject":
+            self.emit_status("TASK_STATE_REJECTED", self.agent_message("final", message))
+        elif self.mailbox:
+            # Messages arrived during this turn; the agent has not seen them, so the task does
+            # not settle: its answer is recorded and the next turn takes them.
+            if message:
+                self.agent_message(f"answer:{number}", message)
+        elif outcome.kind == "ask":
+            self.emit_status(
+                "TASK_STATE_INPUT_REQUIRED", self.agent_message(f"ask:{number}", message)
+            )
+        elif outcome.kind == "auth":
+            self.emit_status(
+                "TASK_STATE_AUTH_REQUIRED", self.agent_message(f"auth:{number}", message)
+            )
+        else:
+            final = self.agent_message("final", message) if message else None
+            self.emit_status("TASK_STATE_COMPLETED", final)
+            direct = outcome.kind == "reply" and self.may_reply and not outcome.emitted
+            if direct and final is not None and not outcome.artifacts:
+                self.reply = final
+
+    def delegating(self, outcome: TurnOutcome) -> None:
+        """A turn hands messages to other agents: what it emitted, and what it said meanwhile."""
+        for kind, body in outcome.emitted:
+            self.event(kind, body)
+        if outcome.message:
+            self.emit_status(
+                "TASK_STATE_WORKING",
+                self.agent_message(f"delegating:{self.turns}", outcome.message),
+            )
+
+    def take_answer(self, index: int, result: DelegationResult) -> None:
+        """Another agent's answer, as a message of this task for the agent's next turn."""
+        if result.error:
+            parts: list[ProtoJSON] = [
+                {"text": f"the delegation to {result.target} failed: {result.error}"}
+            ]
+        else:
+            parts = [dict(p) for p in answer_parts(result)]
+        message_id = f"{self.task_id}:answer-of:{self.turns}:{index}"
+        message: ProtoJSON = {
+            "messageId": message_id,
+            "role": "ROLE_USER",
+            "parts": parts,
+            "taskId": self.task_id,
+            "contextId": self.start.context_id,
+            "metadata": {
+                "harness.delegation": {
+                    "agent": result.target,
+                    "taskId": result.remote_task_id,
+                    "state": result.state,
+                }
+            },
+        }
+        sender = f"agent:{result.target}"
+        self.ids[message_id] = ""
+        self.senders[message_id] = sender
+        self.mailbox.append(
+            Inbound(
+                message=message,
+                participant=sender,
+                # Taken by the next turn at once (as a local activity when the task allows it).
+                wait=True,
+                agent_id=self.start.agent_id,
+                size=json_size(message),
+            )
+        )
+        self.run_bytes += json_size(message)
+        self.accepted += 1
+
+    # -- what others learn --------------------------------------------------------------------------
+
+    def _senders_of(self, messages: Sequence[ProtoJSON]) -> tuple[tuple[str, str], ...]:
+        return tuple(
+            (m, p)
+            for m in (str(h.get("messageId", "")) for h in messages)
+            if (p := self.senders.get(m)) is not None
+        )
+
+    def tail(self, after_event: int, after_message: int) -> TaskTail:
+        first_event = max(after_event - self.archived_events, 0)
+        first_message = max(after_message - self.archived_messages, 0)
+        return TaskTail(
+            status=self.status,
+            participants=tuple(self.participants),
+            agent_id=self.start.agent_id,
+            closed=self.closed,
+            busy=self.busy(),
+            archived_messages=self.archived_messages,
+            archived_events=self.archived_events,
+            messages=tuple(self.history[first_message:]),
+            events=tuple(self.events[first_event:]),
+            last_seq=self.last_seq(),
+        )
+
+    def archive(self) -> Archive:
+        """The run's messages and events, for the agent's store."""
+        start = self.start
+        return Archive(
+            task_id=start.task_id,
+            agent_id=start.agent_id,
+            context_id=start.context_id,
+            first_message=self.archived_messages,
+            messages=tuple(self.history),
+            events=tuple(self.events),
+            participants=tuple(self.participants),
+            senders=tuple(self.senders.items()),
+        )
+
+    def index_entry(self, first_message: int, messages: int) -> IndexEntry:
+        """The index's news: this run's messages from ``first_message`` (of the run) on, the events
+        it has not had, and the task's state. The index has every event after this."""
+        start = self.start
+        written = self.history[first_message:messages]
+        archive = Archive(
+            task_id=start.task_id,
+            agent_id=start.agent_id,
+            context_id=start.context_id,
+            first_message=self.archived_messages + first_message,
+            messages=tuple(written),
+            events=tuple(self.events[max(self.indexed_seq - self.archived_events, 0) :]),
+            participants=tuple(self.participants),
+            senders=self._senders_of(written),
+        )
+        self.indexed_seq = self.last_seq()
+        return IndexEntry(
+            archive=archive,
+            status=self.status,
+            last_seq=self.last_seq(),
+            messages=self.archived_messages + len(self.history),
+            busy=self.busy(),
+        )
+
+    def checkpoint(self) -> IndexEntry:
+        """The index entry of a task at rest (or waiting on other agents)."""
+        return self.index_entry(self.persisted, len(self.history))
+
+    def carry(self) -> TaskCarry:
+        """What the next run carries: the task's state, not its content (archived first)."""
+        return TaskCarry(
+            status=self.status,
+            participants=tuple(self.participants),
+            recent_ids=tuple(self.run_ids),
+            archived_messages=self.archived_messages + len(self.history),
+            archived_events=self.last_seq(),
+            turns=self.turns,
+            runs=self.runs,
+            cancel_requested=self.cancel_requested,
+            push=self.push,
+            pushed_seq=self.pushed,
+        )

@@ -1,0 +1,457 @@
+"""``TaskWorkflow``: one per A2A task (workflow id = task id), the driver of its ``TaskState``.
+
+The state (``harness_core.tasks.state``) decides; this workflow waits, runs activities and child
+workflows, and feeds what they return back in. A message reaches a task through the ``deliver``
+update (update-with-start for a new task, whose first message also travels in the start's input, so
+it is durable even if the worker dies before the update is accepted); the validator asks the state,
+so a refused message leaves no trace in history. The update returns a small receipt.
+
+A turn is either one activity (a custom or built-in agent, given the run's messages and where the rest
+is) or, for the built-in LLM agent, a loop (``harness_core.tasks.llm_turn``): one activity per model
+request and one per tool call. The workflow owns the retries: each activity gets one attempt per
+schedule, and only a failure of the agent itself counts against the turn's attempts; a worker that
+stopped or died is retried without counting a few times, then counted, so restarts are not blamed on
+the model but an agent that keeps its worker from heartbeating still ends.
+
+When a run is full and the task idle, the run is archived to the agent's store and the workflow
+continues as new, carrying only its state. When the task ends, its final record is stored first, and
+only then do webhooks hear of the end.
+
+Workflow code must be deterministic: time comes from ``workflow.now()``, and nothing here does I/O.
+``asyncio`` here is Temporal's own deterministic workflow loop, the same whichever backend the host
+runs (the host's side goes through ``harness_core.bridge``): temporalio's workflow API is asyncio's
+(a task for the pusher, ``CancelledError`` for a canceled stand-in, ``TimeoutError`` for a timed
+``wait_condition``). Changes go behind ``workflow.patched`` (``docs/workflows.md``); ``tests/replay``
+replays recorded histories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import timedelta
+from typing import Any
+
+import attrs
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from harness_core.payloads import (
+    DelegationProgress,
+    DelegationRequest,
+    DelegationResult,
+    Inbound,
+    ProtoJSON,
+    PushBatch,
+    Receipt,
+    TaskRecord,
+    TaskStart,
+    TaskTail,
+    TurnOutcome,
+)
+from harness_core.tasks.attempts import HEARTBEAT_TIMEOUT, TURN_ATTEMPTS, Attempts
+from harness_core.tasks.llm_turn import LlmTurn
+from harness_core.tasks.state import TaskRefused, TaskState, text_message
+from harness_core.temporal.names import (
+    ARCHIVE,
+    CHECKPOINT,
+    DELEGATION_WORKFLOW,
+    PUSH,
+    RELAY_SIGNAL,
+    RUN_TURN,
+    STORE_RECORD,
+    TASK_WORKFLOW,
+)
+
+__all__ = ["STORE_ATTEMPTS", "TaskWorkflow"]
+
+#: Attempts of a store write before the record stays in the workflow's result.
+STORE_ATTEMPTS = 5
+# How long an ending task waits for its pushes to go out.
+_PUSH_PATIENCE = timedelta(minutes=5)
+# Patches (docs/workflows.md): the final record is stored by a local activity; a task that goes idle
+# and has not ended writes its state to the listing index; the final record is stored before a
+# webhook hears that the task ended; a task waiting for input expires after [retention]
+# idle_timeout.
+_LOCAL_STORE_RECORD = "store-record-local"
+_INDEX_CHECKPOINT = "index-checkpoint"
+_RECORD_BEFORE_PUSH = "record-before-push"
+_IDLE_EXPIRY = "idle-expiry"
+# Stand-ins that answer within this time do not write their task's waiting state to the index.
+_QUICK_DELEGATION = timedelta(seconds=0.5)
+_STORE_RETRY = RetryPolicy(
+    maximum_attempts=STORE_ATTEMPTS, non_retryable_error_types=["WrongAgent", "StoreRefused"]
+)
+
+
+def _now() -> str:
+    return workflow.now().isoformat().replace("+00:00", "Z")
+
+
+@workflow.defn(name=TASK_WORKFLOW)
+class TaskWorkflow(LlmTurn):
+    @workflow.init
+    def __init__(self, start: TaskStart) -> None:
+        # Taken at construction so that an update delivered with the start already knows the task.
+        self._start = start
+        self._task = TaskState(start, _now)
+        self._attempts = Attempts(start, lambda: self._task.cancel_requested)
+        # Pushes of an ended task wait for its final record (a receiver that reads the task on
+        # COMPLETED must find it COMPLETED); False only between the end and the record.
+        self._push_open = True
+
+    # -- the run ------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, start: TaskStart) -> TaskRecord:
+        pusher = asyncio.create_task(self._pusher(start))
+        try:
+            return await self._run(start)
+        finally:
+            pusher.cancel()
+
+    async def _run(self, start: TaskStart) -> TaskRecord:
+        task = self._task
+        while True:
+            idle = task.idle_seconds()
+            limit = timedelta(seconds=idle) if idle and workflow.patched(_IDLE_EXPIRY) else None
+            try:
+                await workflow.wait_condition(
+                    lambda: bool(task.mailbox) or task.cancel_requested, timeout=limit
+                )
+            except asyncio.TimeoutError:  # noqa: UP041 - the builtin name is temporalio's here
+                task.expire()
+                break
+            if task.cancel_requested:
+                task.end("TASK_STATE_CANCELED", "canceled")
+                break
+            await self._turn(start)
+            if task.ended():
+                break
+            if not task.mailbox and workflow.patched(_INDEX_CHECKPOINT):
+                await self._checkpoint(start)
+            suggested = workflow.info().is_continue_as_new_suggested()
+            if not task.mailbox and task.run_is_full(suggested):
+                await self._continue_as_new(start)
+        task.close()
+        if workflow.patched(_RECORD_BEFORE_PUSH):
+            self._push_open = False
+            record = await self._store_final(start)
+            self._push_open = True
+            await self._pushes_sent()
+        else:
+            await self._pushes_sent()
+            record = await self._store_final(start)
+        # Blocked senders wake on closed; let their updates finish first.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return record
+
+    async def _turn(self, start: TaskStart) -> None:
+        task = self._task
+        request, taken, local = task.begin_turn()
+        try:
+            if start.loop == "llm":
+                outcome = await self._llm_turn(start, request, local)
+            else:
+                try:
+                    outcome = await self._attempts.run(
+                        RUN_TURN, request, TurnOutcome, local=local, attempts=TURN_ATTEMPTS
+                    )
+                except (ActivityError, ApplicationError) as error:
+                    workflow.logger.warning("turn %d of task %s failed", task.turns, start.task_id)
+                    outcome = _failed(error)
+            if outcome is not None and outcome.kind == "delegate":
+                outcome = await self._delegate(start, outcome)
+            if outcome is None:
+                task.end("TASK_STATE_CANCELED", "canceled")
+                return
+            task.apply(outcome)
+        finally:
+            task.end_turn(taken)
+
+    # -- the store ----------------------------------------------------------------------------------
+
+    async def _checkpoint(self, start: TaskStart) -> None:
+        """The index learns the task's state and what happened since its last write: when the
+        task rests (waiting for input), in the workflow task that ended the turn, and while a
+        turn waits for other agents."""
+        try:
+            await workflow.execute_local_activity(
+                CHECKPOINT,
+                self._task.checkpoint(),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=_STORE_RETRY,
+            )
+        except (ActivityError, ApplicationError):
+            # Listings show the task as the last write left it; the next durable point (its next
+            # turn, or its end) writes again.
+            workflow.logger.warning("task %s: the index did not take its state", start.task_id)
+
+    async def _continue_as_new(self, start: TaskStart) -> None:
+        task = self._task
+        task.closing = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._pushes_sent()
+        try:
+            await workflow.execute_activity(
+                ARCHIVE,
+                task.archive(),
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=STORE_ATTEMPTS),
+            )
+        except ActivityError:
+            # The store refused; keep this run going and try again after the next turn.
+            workflow.logger.warning("task %s: archiving its run failed", start.task_id)
+            task.closing = False
+            return
+        workflow.continue_as_new(
+            TaskStart(
+                task_id=start.task_id,
+                context_id=start.context_id,
+                agent_id=start.agent_id,
+                local_activity=start.local_activity,
+                turn_timeout=start.turn_timeout,
+                loop=start.loop,
+                max_steps=start.max_steps,
+                turn_seconds=start.turn_seconds,
+                run_messages=start.run_messages,
+                carry=task.carry(),
+                idle_seconds=start.idle_seconds,
+                expired_state=start.expired_state,
+            )
+        )
+
+    async def _store_final(self, start: TaskStart) -> TaskRecord:
+        task = self._task
+        archive = task.archive()
+        record = TaskRecord(
+            task_id=start.task_id,
+            context_id=start.context_id,
+            agent_id=start.agent_id,
+            state=task.state,
+            status=task.status,
+            participants=tuple(task.participants),
+            updated_at=str(task.status.get("timestamp", _now())),
+            messages=task.archived_messages + len(task.history),
+            events=task.last_seq(),
+            reply=task.reply,
+        )
+        try:
+            if workflow.patched(_LOCAL_STORE_RECORD):
+                # In the workflow task that ends the turn: no round trip through the task queue.
+                await workflow.execute_local_activity(
+                    STORE_RECORD,
+                    args=[archive, record],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=_STORE_RETRY,
+                )
+            else:
+                await workflow.execute_activity(
+                    STORE_RECORD,
+                    args=[archive, record],
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=_STORE_RETRY,
+                )
+        except (ActivityError, ApplicationError):
+            workflow.logger.error(
+                "task %s: its record could not be stored; it stays in the workflow's result",
+                start.task_id,
+            )
+            return attrs.evolve(record, unstored=archive)
+        return record
+
+    # -- pushes -------------------------------------------------------------------------------------
+
+    async def _pusher(self, start: TaskStart) -> None:
+        """Once the task pushes, deliver each new update to its webhooks, in order, by an activity
+        that retries with backoff (and so survives restarts)."""
+        task = self._task
+        await workflow.wait_condition(lambda: task.push)
+        while True:
+            await workflow.wait_condition(lambda: task.last_seq() > task.pushed and self._push_open)
+            upto = task.last_seq()
+            first = max(task.pushed - task.archived_events, 0)
+            batch = PushBatch(
+                agent_id=start.agent_id,
+                task_id=start.task_id,
+                events=tuple(task.events[first : upto - task.archived_events]),
+            )
+            try:
+                await workflow.execute_activity(
+                    PUSH,
+                    batch,
+                    start_to_close_timeout=timedelta(minutes=2),
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=RetryPolicy(
+                        initial_interval=timedelta(seconds=1),
+                        maximum_interval=timedelta(seconds=60),
+                        maximum_attempts=8,
+                        non_retryable_error_types=["WrongAgent"],
+                    ),
+                )
+            except ActivityError:
+                workflow.logger.warning("task %s: its push notifications failed", start.task_id)
+            task.pushed = upto
+
+    async def _pushes_sent(self) -> None:
+        """Wait (a while) for the pushes of what happened so far to go out."""
+        task = self._task
+        if not task.push:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await workflow.wait_condition(
+                lambda: task.pushed >= task.last_seq(), timeout=_PUSH_PATIENCE
+            )
+
+    # -- delegation ---------------------------------------------------------------------------------
+
+    async def _delegate(self, start: TaskStart, outcome: TurnOutcome) -> TurnOutcome | None:
+        """Hand the turn's messages to other agents, each through a stand-in child workflow, and
+        wait for all of them; their answers become the next turn's messages. None: the task was
+        canceled meanwhile (the stand-ins, and so the remote tasks, are canceled too)."""
+        self._task.delegating(outcome)
+        sends: list[tuple[str, str, ProtoJSON]] = []
+        for index, spec in enumerate(outcome.delegations, start=1):
+            message: ProtoJSON = {"role": "ROLE_USER", "parts": list(spec.parts)}
+            if spec.task_id:
+                message["taskId"] = spec.task_id
+            sends.append((str(index), spec.target, message))
+        results = await self._stand_ins(start, sends)
+        if results is None:
+            return None
+        for index, (spec, result) in enumerate(zip(outcome.delegations, results, strict=True)):
+            if result is None:  # a failed stand-in is told as a failed delegation
+                result = DelegationResult(
+                    target=spec.target, remote_task_id="", state="", error="the delegation failed"
+                )
+            self._task.take_answer(index + 1, result)
+        # Not an answer: the next turn, with the other agents' answers, decides.
+        return TurnOutcome(kind="delegate")
+
+    async def _stand_ins(
+        self, start: TaskStart, sends: list[tuple[str, str, ProtoJSON]]
+    ) -> list[DelegationResult | None] | None:
+        """Start one stand-in child workflow per (key, target, message) of this turn, all at once,
+        and wait for all of them: their results in order (None for a stand-in that failed), or
+        None when the task was canceled meanwhile (the stand-ins, and so the remote tasks, are
+        canceled too). The key names the message and the stand-in within the turn."""
+        task = self._task
+        number = task.turns
+        participant = task.participants[0] if task.participants else f"agent:{start.agent_id}"
+        handles: list[workflow.ChildWorkflowHandle[Any, DelegationResult]] = list(
+            await asyncio.gather(
+                *(
+                    workflow.start_child_workflow(
+                        DELEGATION_WORKFLOW,
+                        DelegationRequest(
+                            agent_id=start.agent_id,
+                            parent_task_id=start.task_id,
+                            target=target,
+                            message={"messageId": f"{start.task_id}:{number}:{key}", **message},
+                            participant=participant,
+                            parent_context_id=start.context_id,
+                        ),
+                        id=f"{start.task_id}:delegate:{number}:{key}",
+                        task_queue=workflow.info().task_queue,
+                        result_type=DelegationResult,
+                    )
+                    for key, target, message in sends
+                )
+            )
+        )
+
+        def waiting() -> bool:
+            return not all(h.done() for h in handles) and not task.cancel_requested
+
+        # The task waits, maybe long: past a moment, readers learn that it delegates (and, as
+        # they come, what the other agents relay) from the index, while the stand-ins run.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await workflow.wait_condition(lambda: not waiting(), timeout=_QUICK_DELEGATION)
+        while waiting():
+            if task.last_seq() > task.indexed_seq:
+                await self._checkpoint(start)
+            await workflow.wait_condition(
+                lambda: not waiting() or task.last_seq() > task.indexed_seq
+            )
+        if task.cancel_requested:
+            for handle in handles:
+                if not handle.done():
+                    handle.cancel()
+            for handle in handles:
+                # Each ends as it can (canceled, or done just before); the task is canceled anyway.
+                with contextlib.suppress(BaseException):
+                    await handle
+            return None
+        results: list[DelegationResult | None] = []
+        for handle in handles:
+            try:
+                result = handle.result()
+            except BaseException:
+                results.append(None)
+                continue
+            # What the other agent said on the way (its stream showed it live already).
+            task.relay(result.relays(handle.id))
+            results.append(result)
+        return results
+
+    # -- handlers -----------------------------------------------------------------------------------
+
+    @workflow.update
+    async def deliver(self, inbound: Inbound) -> Receipt:
+        task = self._task
+        message_id = str(inbound.message.get("messageId", ""))
+        cursor = task.last_seq()
+        duplicate = not task.accept(inbound)
+        mine = task.accepted
+        if inbound.wait:
+            await workflow.wait_condition(lambda: task.answered(mine))
+        try:
+            return task.receipt(message_id, inbound, cursor=cursor, duplicate=duplicate)
+        except TaskRefused as refused:
+            raise _refusal(refused) from None
+
+    @deliver.validator
+    def _check_delivery(self, inbound: Inbound) -> None:
+        try:
+            self._task.check(inbound)
+        except TaskRefused as refused:
+            raise _refusal(refused) from None
+
+    @workflow.query
+    def tail(self, after_event: int, after_message: int) -> TaskTail:
+        """The task's status, and this run's messages and events after the given positions.
+
+        Streams and reads use this (a query is neither written to history nor counted against the
+        workflow's update limits).
+        """
+        return self._task.tail(after_event, after_message)
+
+    @workflow.signal
+    def cancel(self) -> None:
+        self._task.cancel()
+
+    @workflow.signal(name=RELAY_SIGNAL)
+    def relay(self, progress: list[DelegationProgress]) -> None:
+        """Another agent's progress on a delegation of this task, from its stand-in: shown as
+        WORKING updates while the delegating turn waits (late ones change nothing)."""
+        self._task.relay(progress)
+
+    @workflow.signal
+    def enable_push(self) -> None:
+        """A client registered a push notification config for the task."""
+        self._task.push = True
+
+
+def _refusal(refused: TaskRefused) -> ApplicationError:
+    return ApplicationError(refused.message, type=refused.kind, non_retryable=not refused.retryable)
+
+
+def _failed(error: BaseException) -> TurnOutcome:
+    """A turn whose attempts are spent: the task fails, in our words."""
+    cause = error.__cause__ if isinstance(error, ActivityError) else error
+    text = "the agent could not complete this task"
+    if isinstance(cause, ApplicationError) and cause.type == "ModelRefused":
+        # Our own message (the activity classified the provider's answer), safe to show.
+        text = f"{text}: {cause.message}"
+    return TurnOutcome(kind="fail", message=text_message(text))

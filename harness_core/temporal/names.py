@@ -1,0 +1,52 @@
+"""The names Temporal knows the harness's workflows, activities, signals and patches by, in one place.
+
+A name is part of every recorded history: renaming one breaks the replay of histories that used it
+(``tests/replay``), so each is written once, here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ARCHIVE",
+    "CHECKPOINT",
+    "DELEGATE_CANCEL",
+    "DELEGATE_POLL",
+    "DELEGATE_SEND",
+    "DELEGATE_STATUS",
+    "DELEGATE_WAIT",
+    "DELEGATION_WORKFLOW",
+    "HEARTBEAT",
+    "HEARTBEAT_WORKFLOW",
+    "MODEL_STEP",
+    "PUSH",
+    "RELAY_SIGNAL",
+    "RUN_TURN",
+    "STORE_RECORD",
+    "TASK_WORKFLOW",
+    "TOOL_CALL",
+]
+
+# Workflows.
+TASK_WORKFLOW = "TaskWorkflow"
+DELEGATION_WORKFLOW = "DelegationWorkflow"
+HEARTBEAT_WORKFLOW = "HeartbeatWorkflow"
+
+# A task's activities.
+RUN_TURN = "run_turn"
+MODEL_STEP = "model_step"
+TOOL_CALL = "tool_call"
+ARCHIVE = "archive"
+CHECKPOINT = "checkpoint"
+STORE_RECORD = "store_record"
+PUSH = "push_deliver"
+HEARTBEAT = "heartbeat"
+
+# A delegation's stand-in's activities.
+DELEGATE_SEND = "delegate_send"
+DELEGATE_STATUS = "delegate_status"
+DELEGATE_POLL = "delegate_poll"
+DELEGATE_WAIT = "delegate_wait"
+DELEGATE_CANCEL = "delegate_cancel"
+
+# The signal a stand-in relays the other agent's progress with.
+RELAY_SIGNAL = "relay"

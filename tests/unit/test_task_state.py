@@ -1,0 +1,254 @@
+"""The task state machine, without Temporal: its refusals, and its invariants over any sequence of
+messages, turns, cancels, expiries and continue-as-new (hypothesis)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness_core.payloads import (
+    TERMINAL_STATES,
+    DelegationResult,
+    Inbound,
+    TaskEvent,
+    TaskStart,
+    TurnOutcome,
+)
+from harness_core.tasks.state import TaskRefused, TaskState, json_size
+
+_clock = itertools.count()
+
+
+def now() -> str:
+    return f"2026-12-03T00:00:{next(_clock) % 60:02d}Z"
+
+
+def inbound(message_id: str, text: str = "hi", who: str | None = "alice", wait: bool = False):
+    message = {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}
+    return Inbound(
+        message=message,
+        participant=who,
+        wait=wait,
+        agent_id="a",
+        size=json_size(message),
+        digest=f"d-{text}",
+    )
+
+
+def new_task(**start: Any) -> TaskState:
+    first = start.pop("first", inbound("m0", wait=True))
+    return TaskState(
+        TaskStart(task_id="t1", context_id="c1", agent_id="a", first=first, **start), now
+    )
+
+
+def refusal(task: TaskState, message: Inbound) -> str:
+    with pytest.raises(TaskRefused) as refused:
+        task.check(message)
+    return refused.value.kind
+
+
+def test_the_first_message_starts_the_task_and_a_turn_takes_it() -> None:
+    task = new_task()
+    request, taken, local = task.begin_turn()
+    assert (taken, local, request.new_ids, request.number) == (1, True, ("m0",), 1)
+    assert task.state == "TASK_STATE_WORKING"
+    task.apply(TurnOutcome(kind="complete", message=({"text": "done"},)))
+    task.end_turn(taken)
+    assert task.state == "TASK_STATE_COMPLETED"
+    assert task.status["message"]["messageId"] == "t1:final"
+    assert [e.seq for e in task.events] == [1, 2]
+    assert task.settled()
+
+
+def test_refusals_say_why_and_only_a_busy_run_is_worth_a_retry() -> None:
+    task = new_task(run_messages=2)
+    assert refusal(task, attrs.evolve(inbound("x"), agent_id="b")) == "TaskNotFound"
+    assert refusal(task, inbound("x", who="mallory")) == "TaskNotFound"
+    assert refusal(task, inbound("m0", text="other content")) == "MessageIdReused"
+    assert refusal(task, inbound("t1:final")) == "MessageIdReused"
+    task.check(inbound("m0"))  # a retry of a message it has changes nothing
+    assert not task.accept(inbound("m0"))
+    for n in range(1, 4):
+        task.check(inbound(f"m{n}"))
+        task.accept(inbound(f"m{n}"))
+    with pytest.raises(TaskRefused) as busy:
+        task.check(inbound("m4"))
+    assert busy.value.kind == "TaskBusy" and busy.value.retryable
+    task.end("TASK_STATE_FAILED", "no")
+    with pytest.raises(TaskRefused) as closed:
+        task.check(inbound("m9"))
+    assert closed.value.kind == "TaskClosed" and not closed.value.retryable
+    assert "task t1 is failed" in closed.value.message
+
+
+def test_a_message_during_a_turn_waits_for_the_next_one_and_the_answer_is_kept() -> None:
+    task = new_task()
+    _, taken, _ = task.begin_turn()
+    task.accept(inbound("m1", text="also"))
+    task.apply(TurnOutcome(kind="complete", message=({"text": "first answer"},)))
+    task.end_turn(taken)
+    assert task.state == "TASK_STATE_WORKING"  # not settled: m1 is not answered
+    assert [m["messageId"] for m in task.history] == ["m0", "t1:answer:1"]
+    request, _, _ = task.begin_turn()
+    assert request.new_ids == ("m1",)
+
+
+def test_an_ended_task_refuses_what_is_queued_and_its_sender_is_told() -> None:
+    task = new_task()
+    _, taken, _ = task.begin_turn()
+    task.accept(inbound("m1", text="late"))
+    task.apply(TurnOutcome(kind="fail"))
+    task.end_turn(taken)
+    task.close()
+    with pytest.raises(TaskRefused, match="is failed"):
+        task.receipt("m1", inbound("m1", text="late"), cursor=0, duplicate=False)
+    assert "m1" not in [m["messageId"] for m in task.history]
+
+
+def test_a_delegation_answer_is_the_next_turns_message_from_the_agent() -> None:
+    task = new_task()
+    _, taken, _ = task.begin_turn()
+    task.delegating(TurnOutcome(kind="delegate", message=({"text": "asking b"},)))
+    task.take_answer(
+        1,
+        DelegationResult(
+            target="b", remote_task_id="r1", state="TASK_STATE_COMPLETED", parts=({"text": "42"},)
+        ),
+    )
+    task.apply(TurnOutcome(kind="delegate"))
+    task.end_turn(taken)
+    request, _, _ = task.begin_turn()
+    assert request.new_ids == ("t1:answer-of:1:1",)
+    assert ("t1:answer-of:1:1", "agent:b") in request.senders
+
+
+def test_continue_as_new_carries_state_not_content() -> None:
+    task = new_task()
+    _, taken, _ = task.begin_turn()
+    task.apply(TurnOutcome(kind="ask", message=({"text": "which?"},)))
+    task.end_turn(taken)
+    carry = task.carry()
+    assert carry.archived_messages == 2 and carry.archived_events == task.last_seq()
+    nxt = TaskState(attrs.evolve(task.start, first=None, carry=carry), now)
+    assert nxt.state == "TASK_STATE_INPUT_REQUIRED" and nxt.history == []
+    assert refusal(nxt, inbound("m0", text="other")) == "MessageIdReused"
+
+
+# -- any sequence -------------------------------------------------------------------------------------
+
+_KINDS = ["complete", "ask", "auth", "reject", "fail", "reply", "delegate"]
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.integers(0, 6), st.sampled_from(["alice", "bob", None])),
+        st.tuples(st.just("turn"), st.sampled_from(_KINDS), st.integers(0, 2)),
+        st.tuples(st.just("cancel"), st.just(0), st.just(0)),
+        st.tuples(st.just("expire"), st.just(0), st.just(0)),
+        st.tuples(st.just("continue"), st.just(0), st.just(0)),
+        st.tuples(st.just("relay"), st.just(0), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+class Driver:
+    """What ``TaskWorkflow`` does with the state, without Temporal; remembers what went where."""
+
+    def __init__(self) -> None:
+        self.task = new_task(run_messages=3, idle_seconds=60)
+        self.archived_messages: list[dict[str, Any]] = []
+        self.archived_events: list[TaskEvent] = []
+        self.accepted: set[str] = {"m0"}
+        self.states: list[str] = []
+        self.serial = 0
+
+    def send(self, n: int, who: str | None) -> None:
+        self.serial += 1
+        message = inbound(f"s{n}", text=f"text-{n}", who=who)
+        try:
+            self.task.check(message)
+        except TaskRefused:
+            return
+        if self.task.accept(message):
+            self.accepted.add(f"s{n}")
+
+    def turn(self, kind: str, arrivals: int) -> None:
+        task = self.task
+        if not task.mailbox or task.closed:
+            return
+        _, taken, _ = task.begin_turn()
+        for extra in range(arrivals):
+            self.send(100 + self.serial * 10 + extra, "alice")
+        if kind == "delegate":
+            task.delegating(TurnOutcome(kind="delegate", message=({"text": "asking"},)))
+            task.take_answer(1, DelegationResult(target="b", remote_task_id="r", state="x"))
+            self.accepted.add(f"t1:answer-of:{task.turns}:1")
+        task.apply(TurnOutcome(kind=kind, message=({"text": f"answer {kind}"},)))  # type: ignore[arg-type]
+        task.end_turn(taken)
+        if task.ended():
+            task.close()
+
+    def cancel(self) -> None:
+        self.task.cancel()
+        if self.task.cancel_requested and not self.task.closed:
+            self.task.end("TASK_STATE_CANCELED", "canceled")
+            self.task.close()
+
+    def expire(self) -> None:
+        task = self.task
+        if task.idle_seconds() is not None and not task.mailbox and not task.closed:
+            task.expire()
+            task.close()
+
+    def continue_as_new(self) -> None:
+        task = self.task
+        if task.closed or task.mailbox or task.in_turn:
+            return
+        self.archived_messages.extend(task.history)
+        self.archived_events.extend(task.events)
+        self.task = TaskState(attrs.evolve(task.start, first=None, carry=task.carry()), now)
+
+    def relay(self) -> None:
+        self.task.relay([])
+
+    def check_invariants(self) -> None:
+        task = self.task
+        events = [*self.archived_events, *task.events]
+        assert [e.seq for e in events] == list(range(1, task.last_seq() + 1))
+        states = [e.body["status"]["state"] for e in events if e.kind == "status"]
+        ended = [i for i, s in enumerate(states) if s in TERMINAL_STATES]
+        if ended:  # one terminal state, and nothing after it
+            assert ended == [len(states) - 1]
+        messages = [*self.archived_messages, *task.history]
+        ids = [str(m["messageId"]) for m in messages]
+        assert len(ids) == len(set(ids)), "a message id twice"
+        pending = {str(i.message["messageId"]) for i in task.mailbox}
+        for message_id in self.accepted:  # nothing accepted is dropped unanswered
+            assert message_id in ids or message_id in pending or message_id in task.refused
+        assert task.archived_messages == len(self.archived_messages)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_steps)
+def test_any_sequence_keeps_the_invariants(steps: list[tuple[str, Any, Any]]) -> None:
+    driver = Driver()
+    driver.turn("ask", 0)
+    for op, a, b in steps:
+        if op == "send":
+            driver.send(a, b)
+        elif op == "turn":
+            driver.turn(a, b)
+        elif op == "cancel":
+            driver.cancel()
+        elif op == "expire":
+            driver.expire()
+        elif op == "continue":
+            driver.continue_as_new()
+        else:
+            driver.relay()
+        driver.check_invariants()
