@@ -51,8 +51,8 @@ from harness_core.payloads import (
     TurnOutcome,
 )
 from harness_core.tasks.attempts import HEARTBEAT_TIMEOUT, TURN_ATTEMPTS, Attempts
-from harness_core.tasks.llm_turn import LlmTurn
-from harness_core.tasks.state import TaskRefused, TaskState, text_message
+from harness_core.tasks.llm_turn import LlmTurn, turn_failed
+from harness_core.tasks.state import TaskRefused, TaskState
 from harness_core.temporal.names import (
     ARCHIVE,
     CHECKPOINT,
@@ -160,7 +160,7 @@ class TaskWorkflow(LlmTurn):
                     )
                 except (ActivityError, ApplicationError) as error:
                     workflow.logger.warning("turn %d of task %s failed", task.turns, start.task_id)
-                    outcome = _failed(error)
+                    outcome = turn_failed(error)
             if outcome is not None and outcome.kind == "delegate":
                 outcome = await self._delegate(start, outcome)
             if outcome is None:
@@ -445,13 +445,3 @@ class TaskWorkflow(LlmTurn):
 
 def _refusal(refused: TaskRefused) -> ApplicationError:
     return ApplicationError(refused.message, type=refused.kind, non_retryable=not refused.retryable)
-
-
-def _failed(error: BaseException) -> TurnOutcome:
-    """A turn whose attempts are spent: the task fails, in our words."""
-    cause = error.__cause__ if isinstance(error, ActivityError) else error
-    text = "the agent could not complete this task"
-    if isinstance(cause, ApplicationError) and cause.type == "ModelRefused":
-        # Our own message (the activity classified the provider's answer), safe to show.
-        text = f"{text}: {cause.message}"
-    return TurnOutcome(kind="fail", message=text_message(text))
