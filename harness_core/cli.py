@@ -10,6 +10,8 @@ import argparse
 import contextlib
 import logging
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -144,6 +146,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        _let_native_threads_leave_python()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     # The heavy imports happen in here, inside the try: a Ctrl-C while they run exits quietly.
     # Signals are handled by `serve` from its first step, before anything has started; until then
     # SIGTERM's default (exit at once) loses nothing.
@@ -165,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(first, KeyboardInterrupt):
             return 130
         if isinstance(first, HarnessError):
+            log.debug("the failure in full", exc_info=first)
             print(f"harness: {first}", file=sys.stderr)
             return 2 if isinstance(first, ConfigError | HarnessConflictError) else 1
         return _failed(first)
@@ -173,13 +183,44 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _failed(exc: BaseException) -> int:
-    """One line for a failure the runtime did not foresee (Temporal unreachable, say); the
-    traceback only with --log-level DEBUG."""
+    """One line for a failure the runtime did not foresee; the traceback only with
+    --log-level DEBUG."""
     from harness_core.secrets import SECRETS
 
     log.debug("the failure in full", exc_info=exc)
     print(SECRETS.redact(f"harness: failed: {type(exc).__name__}: {exc}"), file=sys.stderr)
     return 1
+
+
+# How long the exit waits for native threads to finish the Python call they are in.
+_NATIVE_THREADS_GRACE = 2.0
+
+
+def _let_native_threads_leave_python() -> None:
+    """Before the interpreter finalizes, wait (bounded) until no native thread is inside Python.
+
+    The Temporal client's Rust runtime hands each result to the event loop from a thread of its
+    own: the thread takes the GIL and calls ``loop.call_soon_threadsafe``, which lets the GIL go
+    while it writes the loop's wake-up byte. The main thread can take the result, fail and start
+    finalizing before that thread has the GIL back; given the GIL during finalization, the thread
+    is made to exit, and on its way out it releases a thread state that is no longer current:
+    ``Fatal Python error: PyGILState_Release``, exit 134 (after a failed ``Client.connect``, about
+    one run in twenty). Sleeping lets such a thread take the GIL and finish its call.
+    """
+    deadline = time.monotonic() + _NATIVE_THREADS_GRACE
+    while _native_threads_in_python() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def _native_threads_in_python() -> list[int]:
+    """The ids of threads not started by Python that are running Python code (or waiting for the
+    GIL in the middle of it)."""
+    started = {
+        t.ident
+        for t in threading.enumerate()
+        if not isinstance(t, threading._DummyThread)  # pyright: ignore[reportPrivateUsage]
+    }
+    return [ident for ident in sys._current_frames() if ident not in started]  # pyright: ignore[reportPrivateUsage]
 
 
 def _first_leaf(exc: BaseException) -> BaseException:

@@ -6,6 +6,8 @@ line and the HTTP layer can log them without ever forwarding their text to a cli
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "ConfigError",
     "EmbeddedTemporalError",
@@ -18,6 +20,7 @@ __all__ = [
     "TaskClosedError",
     "TaskNotCancelableError",
     "TaskNotFoundError",
+    "TemporalConnectionError",
 ]
 
 
@@ -46,7 +49,63 @@ class HarnessStoppedError(HarnessError):
 
 
 class EmbeddedTemporalError(HarnessError):
-    """The embedded Temporal dev server could not be started or stopped."""
+    """The embedded Temporal dev server could not be started, reached or stopped."""
+
+    @classmethod
+    def connect_failed(cls, address: str, failure: BaseException) -> EmbeddedTemporalError:
+        """The error for a failed ``Client.connect`` to the dev server this process started."""
+        reason, _ = _connect_failure_reason(failure)
+        return cls(f"the embedded Temporal dev server on {address} does not answer ({reason})")
+
+
+class TemporalConnectionError(HarnessError):
+    """The remote Temporal server could not be reached, or it refused the connection."""
+
+    @classmethod
+    def connect_failed(cls, address: str, failure: BaseException) -> TemporalConnectionError:
+        """The error for a failed ``Client.connect`` to ``address``, in our words.
+
+        The client's own text (Rust transport errors, in Rust's debug format) is only read for its
+        cause; raised ``from`` it, it stays on ``__cause__`` for a DEBUG log.
+        """
+        reason, key = _connect_failure_reason(failure)
+        if key == "api_key_env":
+            return cls(
+                f"the Temporal server at {address} refused the connection ({reason}): "
+                "check [temporal] api_key_env and namespace"
+            )
+        return cls(
+            f"cannot reach the Temporal server at {address} ({reason}): check [temporal] {key}"
+        )
+
+
+# What a failed Temporal connect says in the client's (Rust) words, the cause in ours, and the
+# [temporal] key to check. The first that matches wins.
+_CONNECT_FAILURES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
+    (re.compile(pattern, re.IGNORECASE), reason, key)
+    for pattern, reason, key in (
+        (r"connection ?refused", "connection refused", "address"),
+        (
+            r"dns error|failed to lookup address|name or service not known",
+            "unknown host",
+            "address",
+        ),
+        (r"(host|network) ?unreachable|no route to host", "no route to the host", "address"),
+        (r"unauthenticated|permission ?denied", "credentials refused", "api_key_env"),
+        (r"certificate|tls|ssl|handshake", "TLS failed", "tls"),
+        (r"connection ?reset|broken ?pipe", "connection reset", "address and tls"),
+        (r"timed ?out|deadline", "timed out", "address"),
+    )
+)
+
+
+def _connect_failure_reason(failure: BaseException) -> tuple[str, str]:
+    """A few words for why connecting to Temporal failed, and the ``[temporal]`` key to check."""
+    text = str(failure)
+    for pattern, reason, key in _CONNECT_FAILURES:
+        if pattern.search(text):
+            return reason, key
+    return "the connection failed", "address"
 
 
 class TaskClosedError(HarnessError):

@@ -220,12 +220,18 @@ class TemporalPool:
             ) as server:
 
                 async def connect_embedded() -> Client:
-                    return await Client.connect(
+                    from harness_core.errors import EmbeddedTemporalError
+
+                    connecting = Client.connect(
                         server.address,
                         namespace=namespace,
                         data_converter=data_converter,
                         runtime=temporal_runtime(),
                     )
+                    try:
+                        return await connecting
+                    except RuntimeError as exc:  # "Failed client connect: <Rust transport error>"
+                        raise EmbeddedTemporalError.connect_failed(server.address, exc) from exc
 
                 client = await bridge.call(connect_embedded)
                 yield TemporalConnection(
@@ -237,7 +243,9 @@ class TemporalPool:
         tls = settings.tls_enabled
 
         async def connect() -> Client:
-            return await Client.connect(
+            from harness_core.errors import TemporalConnectionError
+
+            connecting = Client.connect(
                 address,
                 namespace=namespace,
                 api_key=api_key,
@@ -245,6 +253,10 @@ class TemporalPool:
                 data_converter=data_converter,
                 runtime=temporal_runtime(),
             )
+            try:
+                return await connecting
+            except RuntimeError as exc:  # "Failed client connect: <Rust transport error>"
+                raise TemporalConnectionError.connect_failed(address, exc) from exc
 
         client = await bridge.call(connect)
         yield TemporalConnection(client, bridge, namespace, address, payloads=payloads)
