@@ -218,6 +218,9 @@ def _a2a_errors(operation: str) -> Generator[None, None, None]:
         ) from None
     except errors.InvalidRequestValueError as exc:
         raise InvalidParamsError(message=str(exc)) from None
+    except errors.TaskBusyError as exc:
+        # Our own words; the same message sent again is delivered once.
+        raise InternalError(message=str(exc)) from None
     except errors.HarnessNotStartedError:
         raise InternalError(message="the agent is not started") from None
     except WorkflowUpdateRPCTimeoutOrCancelledError:

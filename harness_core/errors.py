@@ -17,6 +17,7 @@ __all__ = [
     "HarnessNotStartedError",
     "HarnessStoppedError",
     "InvalidRequestValueError",
+    "TaskBusyError",
     "TaskClosedError",
     "TaskNotCancelableError",
     "TaskNotFoundError",
@@ -110,6 +111,10 @@ def _connect_failure_reason(failure: BaseException) -> tuple[str, str]:
 
 class TaskClosedError(HarnessError):
     """A message was sent to a task that has already ended (completed, failed or canceled)."""
+
+
+class TaskBusyError(HarnessError):
+    """A task stayed busy archiving its run for longer than a sender waits: retry in a moment."""
 
 
 class TaskNotFoundError(HarnessError):

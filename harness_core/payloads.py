@@ -486,6 +486,10 @@ class PushBatch:
     agent_id: str
     task_id: str
     events: tuple[TaskEvent, ...]
+    #: Events after this seq and up to the first of ``events`` are read from the agent's store
+    #: (archived before the run that pushes them continued as new); 0 when none are.
+    stored_after: int = 0
+    stored_until: int = 0
 
 
 @attrs.frozen

@@ -123,10 +123,17 @@ class PushActivities:
                 "the push of another agent", type="WrongAgent", non_retryable=True
             )
         configs = await anyio.to_thread.run_sync(self.store.push_configs, batch.task_id)
-        if not configs or not batch.events:
+        events = list(batch.events)
+        if configs and batch.stored_until > batch.stored_after:
+            # Archived by an earlier run of the task before they were pushed.
+            stored = await anyio.to_thread.run_sync(
+                self.store.events, batch.task_id, batch.stored_after, batch.stored_until
+            )
+            events[:0] = stored
+        if not configs or not events:
             return
         bodies: list[ProtoJSON] = []
-        for event in batch.events:
+        for event in events:
             body = event.body
             key = "statusUpdate" if event.kind == "status" else "artifactUpdate"
             bodies.append(

@@ -44,6 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from harness_core.delegation.workflow import DelegationWorkflow
 from harness_core.errors import (
     InvalidRequestValueError,
+    TaskBusyError,
     TaskClosedError,
     TaskNotCancelableError,
     TaskNotFoundError,
@@ -1008,6 +1009,11 @@ def _update_error(exc: WorkflowUpdateFailedError, task_id: str) -> Exception:
             return TaskNotFoundError(f"task {task_id} not found")
         if cause.type == "MessageIdReused":
             return InvalidRequestValueError(str(cause.message))
+        if cause.type == "TaskBusy":
+            return TaskBusyError(
+                f"task {task_id} is archiving its conversation (it continues as new); "
+                "retry the message in a moment"
+            )
     return exc
 
 

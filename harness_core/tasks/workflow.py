@@ -77,6 +77,8 @@ _PUSH_PATIENCE = timedelta(minutes=5)
 _LOCAL_STORE_RECORD = "store-record-local"
 _INDEX_CHECKPOINT = "index-checkpoint"
 _RECORD_BEFORE_PUSH = "record-before-push"
+# Continue-as-new does not wait for webhooks: the next run pushes what is left, from the store.
+_NO_WAIT_FOR_PUSHES = "continue-without-pushes"
 _IDLE_EXPIRY = "idle-expiry"
 # Stand-ins that answer within this time do not write their task's waiting state to the index.
 _QUICK_DELEGATION = timedelta(seconds=0.5)
@@ -192,7 +194,8 @@ class TaskWorkflow(LlmTurn):
         task = self._task
         task.closing = True
         await workflow.wait_condition(workflow.all_handlers_finished)
-        await self._pushes_sent()
+        if not workflow.patched(_NO_WAIT_FOR_PUSHES):
+            await self._pushes_sent()
         try:
             await workflow.execute_activity(
                 ARCHIVE,
@@ -205,6 +208,8 @@ class TaskWorkflow(LlmTurn):
             workflow.logger.warning("task %s: archiving its run failed", start.task_id)
             task.closing = False
             return
+        # No batch may start after this run's last command: the next run pushes the rest.
+        self._push_open = False
         workflow.continue_as_new(
             TaskStart(
                 task_id=start.task_id,
@@ -272,10 +277,14 @@ class TaskWorkflow(LlmTurn):
             await workflow.wait_condition(lambda: task.last_seq() > task.pushed and self._push_open)
             upto = task.last_seq()
             first = max(task.pushed - task.archived_events, 0)
+            # What an earlier run archived before it was pushed is read from the store.
+            stored = task.pushed < task.archived_events
             batch = PushBatch(
                 agent_id=start.agent_id,
                 task_id=start.task_id,
                 events=tuple(task.events[first : upto - task.archived_events]),
+                stored_after=task.pushed if stored else 0,
+                stored_until=task.archived_events if stored else 0,
             )
             try:
                 await workflow.execute_activity(

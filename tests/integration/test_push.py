@@ -205,3 +205,64 @@ async def test_a_webhook_that_reads_the_task_on_completed_finds_it_completed(mak
                 while len(read) < 3:
                     await anyio.sleep(0.05)
     assert read == ["TASK_STATE_COMPLETED"] * 3
+
+
+async def test_a_run_continues_as_new_while_its_webhook_hangs_and_the_next_run_pushes_the_rest(
+    make_harness,
+):
+    """Given a webhook that holds every request, when a task's run fills up (a 600 KB message) and
+    the task waits for input, then the run continues as new at once (it does not wait for the
+    webhook), and once the webhook answers, every update reaches it in order, with no gap."""
+    release = anyio.Event()
+    seqs: list[int] = []
+    states: list[str] = []
+
+    async def hook(request: Request) -> JSONResponse:
+        await release.wait()
+        body = await request.json()
+        update = body[next(iter(body))]
+        seqs.append(update["metadata"]["harness.seq"])
+        states.append(update.get("status", {}).get("state", ""))
+        return JSONResponse({})
+
+    app = Starlette(routes=[Route("/hook", hook, methods=["POST"])])
+    harness = make_harness(
+        ScriptedModel([TurnOutput("which one?", action="ask"), "done"]),
+        push={"allow_hosts": ["127.0.0.1"], "timeout": "60s"},
+        server={"max_request_bytes": 2_000_000},
+    )
+    async with serving_app(app) as hook_base, serving(harness) as url:
+        webhook = TaskPushNotificationConfig(url=f"{hook_base}/hook", token="t")
+        async with a2a_client(url, streaming=False) as client:
+            request = SendMessageRequest(
+                message=user_message("x" * 600_000),
+                configuration=SendMessageConfiguration(task_push_notification_config=webhook),
+            )
+            [event] = [e async for e in client.send_message(request)]
+            task_id = event.task.id
+            connection = harness.tasks.connection
+
+            async def runs() -> int:
+                async def count(c: Any) -> int:
+                    return len([w async for w in c.list_workflows(f"WorkflowId = '{task_id}'")])
+
+                return await connection.bridge.call(lambda: count(connection.client))
+
+            with anyio.fail_after(30):
+                while await runs() < 2:
+                    await anyio.sleep(0.2)
+            assert seqs == []  # the webhook has answered nothing yet
+            release.set()
+            [answered] = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=user_message("that one", task_id=task_id))
+                )
+            ]
+            last = answered.task
+            with anyio.fail_after(30):
+                while "TASK_STATE_COMPLETED" not in states:
+                    await anyio.sleep(0.05)
+    assert last.status.state == TaskState.TASK_STATE_COMPLETED
+    assert sorted(set(seqs)) == list(range(1, max(seqs) + 1))
+    assert seqs == sorted(seqs)
