@@ -320,6 +320,12 @@ class TaskService:
         except RPCError as exc:
             if exc.status == RPCStatusCode.ALREADY_EXISTS or _not_found(exc):
                 return await self._closed_delivery(task_id, inbound)
+            # The start's outcome is unknown (a start the server deduplicated, an answer that
+            # was lost): if the task's workflow exists, it has the message or takes it now, and
+            # the update finds out without running it twice. Only then is this an outage.
+            with contextlib.suppress(RPCError):
+                if await self._runs_here(task_id, TASK_WORKFLOW):
+                    return await self._deliver_existing(task_id, inbound)
             await self._forget_start(task_id)
             raise
         return await self._delivered(task_id, receipt)
@@ -557,6 +563,15 @@ class TaskService:
                 raise InvalidRequestValueError(
                     f"message id {message_id} was already used for another message"
                 )
+            # A retry of a message whose turn is still running: a blocking sender waits for it
+            # to settle, as the first send does.
+            delay = 0.02
+            while inbound.wait and not view.settled:
+                await anyio.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
+                view = await self.view(task_id, inbound.participant)
+                if view is None:
+                    raise TaskNotFoundError(f"task {task_id} not found")
             return Delivery(task_id=task_id, duplicate=True, cursor=view.last_seq, view=view)
         delay = 0.05
         deadline = time.monotonic() + _BUSY_PATIENCE

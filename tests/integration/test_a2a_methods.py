@@ -583,3 +583,34 @@ async def test_list_tasks_refuses_an_unknown_status_and_a_forged_page_token(make
         forged = base64.urlsafe_b64encode(b"o:" + b"9" * 30).decode()
         with pytest.raises(InvalidParamsError, match="pageToken"):
             await client.list_tasks(ListTasksRequest(page_token=forged))
+
+
+async def test_a_retried_blocking_follow_up_waits_for_its_turn_to_settle(make_harness):
+    """Given a task asking for input, when the answer is sent blocking and, while its turn runs,
+    the same message is sent again (a client's retry), then the retry, like the first send,
+    returns the task once the turn has settled, not the task still working."""
+    gate = Gate()
+    harness = make_harness(
+        ScriptedModel([TurnOutput("which one?", action="ask"), "that one it is"], gate=gate),
+        model=HELD,
+    )
+    gate.release()
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("pick"))
+        held = Gate()
+        harness.agent.gate = held  # pyright: ignore[reportAttributeAccessIssue]  # the answer's turn is held
+        answer = user_message("the red one", task_id=task.id, message_id="answer-1")
+        results: list[Task] = []
+
+        async def send() -> None:
+            results.append(await send_blocking(client, answer))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send)
+            await held.wait_entered()
+            tg.start_soon(send)  # the retry, while the turn runs
+            with anyio.move_on_after(1):
+                while len(results) < 1:  # a retry that does not wait would return now
+                    await anyio.sleep(0.01)
+            held.release()
+    assert [r.status.state for r in results] == [TaskState.TASK_STATE_COMPLETED] * 2
