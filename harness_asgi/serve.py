@@ -12,19 +12,30 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import sniffio
 from anyio.abc import TaskStatus
 from hypercorn.config import Config
 
+from harness_asgi.app import card_url
 from harness_core.config import split_host_port
 from harness_core.errors import HarnessError
 
-__all__ = ["listen", "serve_http"]
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from harness_core.group import HarnessGroup
+
+__all__ = ["listen", "serve_group", "serve_http", "stop_reserve"]
+
+log = logging.getLogger("harness")
 
 
 def listen(bind: str) -> socket.socket:
@@ -96,3 +107,79 @@ async def serve_http(
                 stop.set()
     finally:
         sock.close()
+
+
+async def serve_group(
+    group: HarnessGroup, *, task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """``HarnessGroup.serve``: start the agents, then serve HTTP with Hypercorn on the group's bind
+    until cancelled or signalled (see there)."""
+    app = group.asgi_app()
+    for h in group.harnesses:
+        h.asgi_app().drain.reset()
+    # The port first: a taken port is found before Temporal and the agents start.
+    sock = listen(group.bind)
+    try:
+        await _serve(group, app, sock, task_status)
+    finally:
+        sock.close()  # serve_http closes it too; this covers a failure before it ran
+
+
+async def _serve(
+    group: HarnessGroup,
+    app: ASGIApp,
+    sock: socket.socket,
+    task_status: TaskStatus[tuple[str, int]],
+) -> None:
+    graceful = max(h.settings.server.graceful_timeout for h in group.harnesses)
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        serving = False
+
+        def on_signal() -> None:
+            stop.set()
+            if not serving:  # still starting: there are no requests to drain
+                tg.cancel_scope.cancel()
+
+        if threading.current_thread() is threading.main_thread():
+            await tg.start(_watch_signals, on_signal)
+        await tg.start(group.run)
+
+        def drain() -> None:
+            # Requests get the grace period less what stopping the agents takes after them.
+            for h in group.harnesses:
+                h.asgi_app().drain.begin(max(0.0, graceful - stop_reserve(graceful)))
+
+        async with anyio.create_task_group() as http:
+            address = await http.start(
+                partial(serve_http, on_stop=drain, sock=sock),
+                app,
+                group.bind,
+                graceful,
+                stop.wait,
+            )
+            serving = True
+            for h in group.harnesses:
+                h.bound(*address)
+            log.info("serving %d agent(s) on http://%s:%d", len(group.harnesses), *address)
+            for h in group.harnesses:
+                log.info("agent %s: card at %s", h.agent_id, card_url(h))
+            task_status.started(address)
+        # Hypercorn has shut down gracefully (after a signal): now stop the agents.
+        tg.cancel_scope.cancel()
+
+
+def stop_reserve(graceful: float) -> float:
+    """What of the grace period stopping the agents gets, after the HTTP requests: their workers
+    (a turn still running is handed back to Temporal) and the embedded dev server (~1 s)."""
+    return min(2.5, graceful / 2)
+
+
+async def _watch_signals(
+    on_signal: Callable[[], None], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for signum in signals:
+            log.info("received %s, shutting down", signal.Signals(signum).name)
+            on_signal()

@@ -1,6 +1,7 @@
 """a2a-harness's core: configuration, agents, the group lifecycle, Temporal, the store.
 
-Nothing here imports the HTTP layer (``harness_asgi``) at module level.
+Nothing here imports the HTTP layer (``harness_asgi``) but ``harness_core.face``, lazily, when a
+host asks for an ASGI app or for ``HarnessGroup.serve``.
 """
 
 import importlib

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
-import socket
-import threading
 from collections.abc import AsyncGenerator, Callable
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -168,7 +164,7 @@ class HarnessGroup:
         if len(self.harnesses) == 1 and not self.harnesses[0].prefix:
             return self.harnesses[0].asgi_app()
         if self._app is None:
-            from harness_asgi.app import group_app
+            from harness_core.face import group_app
 
             self._app = group_app(self)
         return self._app
@@ -182,69 +178,9 @@ class HarnessGroup:
         (when called from the main thread) stop accepting connections, let in-flight requests finish
         within ``[server] graceful_timeout``, then stop the agents in reverse; ``serve`` returns.
         """
-        from harness_asgi.app import card_url
-        from harness_asgi.serve import listen, serve_http
+        from harness_core.face import serve_group
 
-        app = self.asgi_app()
-        for h in self.harnesses:
-            h.asgi_app().drain.reset()
-        # The port first: a taken port is found before Temporal and the agents start.
-        sock = listen(self.bind)
-        try:
-            await self._serve(app, sock, card_url, serve_http, task_status)
-        finally:
-            sock.close()  # serve_http closes it too; this covers a failure before it ran
-
-    async def _serve(
-        self,
-        app: ASGIApp,
-        sock: socket.socket,
-        card_url: Callable[[Harness], str],
-        serve_http: Any,
-        task_status: TaskStatus[tuple[str, int]],
-    ) -> None:
-        graceful = max(h.settings.server.graceful_timeout for h in self.harnesses)
-        stop = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            serving = False
-
-            def on_signal() -> None:
-                stop.set()
-                if not serving:  # still starting: there are no requests to drain
-                    tg.cancel_scope.cancel()
-
-            if threading.current_thread() is threading.main_thread():
-                await tg.start(_watch_signals, on_signal)
-            await tg.start(self.run)
-
-            def drain() -> None:
-                # Requests get the grace period less what stopping the agents takes after them.
-                for h in self.harnesses:
-                    h.asgi_app().drain.begin(max(0.0, graceful - stop_reserve(graceful)))
-
-            async with anyio.create_task_group() as http:
-                address = await http.start(
-                    partial(serve_http, on_stop=drain, sock=sock),
-                    app,
-                    self.bind,
-                    graceful,
-                    stop.wait,
-                )
-                serving = True
-                for h in self.harnesses:
-                    h.bound(*address)
-                log.info("serving %d agent(s) on http://%s:%d", len(self.harnesses), *address)
-                for h in self.harnesses:
-                    log.info("agent %s: card at %s", h.agent_id, card_url(h))
-                task_status.started(address)
-            # Hypercorn has shut down gracefully (after a signal): now stop the agents.
-            tg.cancel_scope.cancel()
-
-
-def stop_reserve(graceful: float) -> float:
-    """What of the grace period stopping the agents gets, after the HTTP requests: their workers
-    (a turn still running is handed back to Temporal) and the embedded dev server (~1 s)."""
-    return min(2.5, graceful / 2)
+        await serve_group(self, task_status=task_status)
 
 
 def harnesses_lifespan(
@@ -255,13 +191,3 @@ def harnesses_lifespan(
 
     The same as ``HarnessGroup(*harnesses).lifespan``, with the group's claims and checks."""
     return HarnessGroup(*harnesses).lifespan
-
-
-async def _watch_signals(
-    on_signal: Callable[[], None], *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        task_status.started()
-        async for signum in signals:
-            log.info("received %s, shutting down", signal.Signals(signum).name)
-            on_signal()

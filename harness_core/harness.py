@@ -43,7 +43,7 @@ from harness_core.worker import run_worker, sync_heartbeat_schedule
 if TYPE_CHECKING:
     from starlette.requests import Request
 
-    from harness_asgi.app import HarnessApp
+    from harness_core.face import HarnessApp
 
 __all__ = ["AgentState", "Harness", "ParticipantResolver", "RouteOptions"]
 
@@ -208,9 +208,9 @@ class Harness:
     def asgi_app(self) -> HarnessApp:
         """This agent's ASGI app (the same object on every call)."""
         if self._app is None:
-            from harness_asgi.app import HarnessApp
+            from harness_core.face import agent_app
 
-            self._app = HarnessApp(self)
+            self._app = agent_app(self)
         return self._app
 
     async def run_agent(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
