@@ -46,11 +46,20 @@ __all__ = [
 
 log = logging.getLogger("harness.worker")
 
-# Only the payload classes and their converter (with the libraries they are made of) cross the sandbox
+# The payload classes and their converter (with the libraries they are made of) cross the sandbox
 # unchanged: re-importing them per workflow run would grow cattrs' caches without bound
-# (shared/reference/temporal-latency.md). Everything else of harness_core is re-imported inside it, so
-# time, randomness or I/O in workflow code fails loudly instead of running unnoticed.
-PASSTHROUGH = ("harness_core.payloads", "harness_core.converter", "attrs", "cattrs")
+# (shared/reference/temporal-latency.md). So do the task's state machine and the names, which are
+# pure (no clock but the one the workflow hands in, no I/O; tests/unit/test_task_state.py), so no
+# run pays for importing them again. Everything else of harness_core is re-imported inside it, so
+# time, randomness or I/O in the workflow's own code fails loudly instead of running unnoticed.
+PASSTHROUGH = (
+    "harness_core.payloads",
+    "harness_core.converter",
+    "harness_core.tasks.state",
+    "harness_core.temporal.names",
+    "attrs",
+    "cattrs",
+)
 _RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
 )

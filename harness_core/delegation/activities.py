@@ -57,7 +57,7 @@ from harness_core.payloads import (
     status_key,
 )
 from harness_core.store import TaskStore
-from harness_core.tasks.service import fold_artifacts
+from harness_core.tasks.views import fold_artifacts
 from harness_core.urls import http_client
 
 __all__ = ["DelegationActivities", "Peers", "card_problem", "token_digest"]
