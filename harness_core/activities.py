@@ -44,6 +44,7 @@ from harness_core.push import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.tasks.attempts import TASK_CANCELED
+from harness_core.tasks.pace import TurnPace
 from harness_core.temporal.codec import PayloadStore
 from harness_core.temporal.names import (
     ARCHIVE,
@@ -96,6 +97,7 @@ class AgentActivities:
         delegation: DelegationActivities | None = None,
         push: PushActivities | None = None,
         delegates: Callable[[], list[tuple[str, str]]] = list,
+        pace: TurnPace | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.agent = agent
@@ -109,6 +111,13 @@ class AgentActivities:
         self.push = push
         # The agents a turn may delegate to, with what they say of themselves.
         self.delegates = delegates
+        self.pace = pace
+
+    def _paced(self, began: float) -> None:
+        """A local turn (or model request) that ran long: the agent's new tasks avoid holding
+        workflow tasks with theirs (``harness_core.tasks.pace``)."""
+        if self.pace is not None and activity.info().is_local:
+            self.pace.note(time.monotonic() - began)
 
     def _check_agent(self, agent_id: str, what: str) -> None:
         """Refuse work of another agent: it reaches this worker only when two agents (in two
@@ -184,10 +193,12 @@ class AgentActivities:
         if agent is None:
             raise ApplicationError("this agent runs an LLM loop, not turns", non_retryable=True)
         ctx = self._context(request, await self._history(request))
+        began = time.monotonic()
         try:
             result = await self._guarded(request.task_id, lambda: agent.turn(ctx))
             return _redacted(outcome_of(result, ctx))
         finally:
+            self._paced(began)
             LIVE.end(self.agent_id, request.task_id)
 
     @activity.defn(name=MODEL_STEP)
@@ -205,11 +216,13 @@ class AgentActivities:
             raise ApplicationError("this agent has no model", non_retryable=True)
         history = await self._history(step.turn)
         ctx = self._context(step.turn, history)
+        began = time.monotonic()
         try:
             return _redacted(
                 await self._guarded(step.turn.task_id, lambda: llm.step(history, step, ctx))
             )
         finally:
+            self._paced(began)
             LIVE.end(self.agent_id, step.turn.task_id)
 
     @activity.defn(name=TOOL_CALL)

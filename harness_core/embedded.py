@@ -70,6 +70,11 @@ _MAX_LINE_BYTES = 64 * 1024
 # "Temporal Server:      localhost:7233".
 _READY_LINE = re.compile(r"^Temporal Server:\s+\S+")
 _WARNING_LINE = re.compile(r"\blevel=(?:WARN|ERROR|DPANIC|PANIC|FATAL)\b|^Error:")
+# The dev server's "Slow gRPC call" for calls that wait on purpose: an update waiting for its
+# workflow (a blocking SendMessage waits for the turn), a poll for an update's outcome.
+_LONG_POLL = re.compile(
+    r"Slow gRPC call.*(UpdateWorkflowExecution|PollWorkflowExecutionUpdate|ExecuteMultiOperation)"
+)
 # The server makes the database, its WAL and its shared-memory file with these names.
 _DATABASE_SUFFIXES = ("", "-wal", "-shm")
 
@@ -426,10 +431,12 @@ class _ServerRun:
         if not line.strip():
             return
         # "context canceled": a worker's poll ended by its own stop, not trouble of the server's.
+        # A slow update or its poll is a blocking send waiting for its turn, by design.
         warning = (
             not self._stopping
             and _WARNING_LINE.search(line) is not None
             and "context canceled" not in line
+            and not _LONG_POLL.search(line)
         )
         _log.log(
             logging.WARNING if warning else logging.DEBUG,

@@ -35,6 +35,7 @@ from harness_core.pool import pool
 from harness_core.push import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
+from harness_core.tasks.pace import TurnPace
 from harness_core.tasks.service import TaskService
 from harness_core.temporal.codec import payload_store_of
 from harness_core.urls import normalize_prefix, public_url
@@ -238,6 +239,7 @@ class Harness:
                 self._scope = scope
                 async with pool.lease(settings, client=self._client) as connection:
                     store = await anyio.to_thread.run_sync(TaskStore, settings.store_path)
+                    pace = TurnPace()
                     try:
                         activities = AgentActivities(
                             self.agent_id,
@@ -261,6 +263,7 @@ class Harness:
                                 timeout=settings.push.timeout,
                             ),
                             delegates=self._delegates,
+                            pace=pace,
                         )
                         async with anyio.create_task_group() as tg:
                             queue = settings.effective_task_queue
@@ -285,6 +288,7 @@ class Harness:
                                 connection=connection,
                                 store=store,
                                 start=self._task_start(),
+                                pace=pace,
                             )
                             self.state = AgentState.READY
                             log.info("agent %s ready on task queue %s", self.agent_id, queue)

@@ -118,6 +118,8 @@ class TaskCarry:
     #: The task pushes its updates to webhooks, and has pushed those up to this seq.
     push: bool = False
     pushed_seq: int = 0
+    #: A turn of the task held its workflow task too long: later turns run as regular activities.
+    long_turns: bool = False
 
 
 @attrs.frozen

@@ -153,6 +153,8 @@ class TaskService(TaskReads):
         )
         start = attrs.evolve(
             self._start,
+            local_activity=self._start.local_activity
+            and not (self._pace is not None and self._pace.long()),
             task_id=task_id,
             context_id=context_id,
             agent_id=self.agent_id,

@@ -42,6 +42,7 @@ __all__ = [
     "CLOSED_TASK",
     "INLINE_HISTORY",
     "INTERRUPTED_STATES",
+    "LONG_TURN",
     "RUN_BYTES",
     "RUN_MESSAGES",
     "TaskRefused",
@@ -63,6 +64,8 @@ RUN_BYTES = 512 * 1024
 #: a short conversation's turns); past it, it writes them to the store and reads its history there.
 INLINE_HISTORY = 8 * 1024
 INTERRUPTED_STATES = frozenset({"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"})
+#: A turn this long (seconds) is long: it should not hold a workflow task (``tasks/pace.py``).
+LONG_TURN = 4.0
 
 
 def task_closed_message(task_id: str, state: str) -> str:
@@ -133,6 +136,8 @@ class TaskState:
         # Push notifications: on once a client registers a webhook for the task.
         self.push = carry.push if carry else False
         self.pushed = carry.pushed_seq if carry else 0
+        # A local turn of the task took long: its later turns run as regular activities.
+        self.long_turns = carry.long_turns if carry else False
         self.history: list[ProtoJSON] = []  # this run's messages
         self.events: list[TaskEvent] = []  # this run's events
         self.mailbox: list[Inbound] = []
@@ -376,7 +381,11 @@ class TaskState:
         start = self.start
         self.in_turn = True
         taken = len(self.mailbox)
-        local = start.local_activity and all(inbound.wait for inbound in self.mailbox)
+        local = (
+            start.local_activity
+            and not self.long_turns
+            and all(inbound.wait for inbound in self.mailbox)
+        )
         in_history = {m.get("messageId") for m in self.history}
         new_ids: list[str] = []
         for inbound in self.mailbox:
@@ -582,4 +591,5 @@ class TaskState:
             cancel_requested=self.cancel_requested,
             push=self.push,
             pushed_seq=self.pushed,
+            long_turns=self.long_turns,
         )

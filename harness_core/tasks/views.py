@@ -42,6 +42,7 @@ from harness_core.payloads import (
 )
 from harness_core.pool import TemporalConnection
 from harness_core.store import IndexRow, TaskStore
+from harness_core.tasks.pace import TurnPace
 from harness_core.tasks.workflow import TaskWorkflow
 from harness_core.temporal.names import TASK_WORKFLOW
 
@@ -126,13 +127,16 @@ class TaskReads:
         connection: TemporalConnection,
         store: TaskStore,
         start: TaskStart,
+        pace: TurnPace | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.queue = queue
         self._connection = connection
         self._store = store
-        # How the agent's new tasks run (the ids are filled in per task).
+        # How the agent's new tasks run (the ids are filled in per task), and how long its turns
+        # took lately (a long one: new tasks run turns as regular activities).
         self._start = start
+        self._pace = pace
         self._owned: OrderedDict[str, None] = OrderedDict()
 
     @property

@@ -52,7 +52,7 @@ from harness_core.payloads import (
 )
 from harness_core.tasks.attempts import HEARTBEAT_TIMEOUT, TURN_ATTEMPTS, Attempts
 from harness_core.tasks.llm_turn import LlmTurn, turn_failed
-from harness_core.tasks.state import TaskRefused, TaskState
+from harness_core.tasks.state import LONG_TURN, TaskRefused, TaskState
 from harness_core.temporal.names import (
     ARCHIVE,
     CHECKPOINT,
@@ -79,6 +79,8 @@ _INDEX_CHECKPOINT = "index-checkpoint"
 _RECORD_BEFORE_PUSH = "record-before-push"
 # Continue-as-new does not wait for webhooks: the next run pushes what is left, from the store.
 _NO_WAIT_FOR_PUSHES = "continue-without-pushes"
+# After a local turn that held the workflow task long, the task's turns run as regular activities.
+_LONG_TURNS_REGULAR = "long-turns-regular"
 _IDLE_EXPIRY = "idle-expiry"
 # Stand-ins that answer within this time do not write their task's waiting state to the index.
 _QUICK_DELEGATION = timedelta(seconds=0.5)
@@ -152,6 +154,7 @@ class TaskWorkflow(LlmTurn):
     async def _turn(self, start: TaskStart) -> None:
         task = self._task
         request, taken, local = task.begin_turn()
+        began = workflow.now()
         try:
             if start.loop == "llm":
                 outcome = await self._llm_turn(start, request, local)
@@ -163,6 +166,9 @@ class TaskWorkflow(LlmTurn):
                 except (ActivityError, ApplicationError) as error:
                     workflow.logger.warning("turn %d of task %s failed", task.turns, start.task_id)
                     outcome = turn_failed(error)
+            held = (workflow.now() - began).total_seconds()
+            if local and held >= LONG_TURN and workflow.patched(_LONG_TURNS_REGULAR):
+                task.long_turns = True
             if outcome is not None and outcome.kind == "delegate":
                 outcome = await self._delegate(start, outcome)
             if outcome is None:
