@@ -32,6 +32,7 @@ from harness_core.temporal.names import (
     DELEGATE_WAIT,
     DELEGATION_WORKFLOW,
     RELAY_SIGNAL,
+    SANDBOXED,
 )
 
 __all__ = ["MAX_STAND_IN_RELAYS", "DelegationWorkflow"]
@@ -44,7 +45,7 @@ _DELEGATION_STALE = "delegation-stale"
 _DELEGATION_FAILURES = frozenset({"UnknownAgent", "DelegationRefused", "DelegationUnreachable"})
 
 
-@workflow.defn(name=DELEGATION_WORKFLOW, sandboxed=False)
+@workflow.defn(name=DELEGATION_WORKFLOW, sandboxed=SANDBOXED)
 class DelegationWorkflow:
     """The stand-in of one delegation, a child of the delegating task on the same queue.
 

@@ -60,6 +60,7 @@ from harness_core.temporal.names import (
     PUSH,
     RELAY_SIGNAL,
     RUN_TURN,
+    SANDBOXED,
     STORE_RECORD,
     TASK_WORKFLOW,
 )
@@ -93,7 +94,7 @@ def _now() -> str:
     return workflow.now().isoformat().replace("+00:00", "Z")
 
 
-@workflow.defn(name=TASK_WORKFLOW)
+@workflow.defn(name=TASK_WORKFLOW, sandboxed=SANDBOXED)
 class TaskWorkflow(LlmTurn):
     @workflow.init
     def __init__(self, start: TaskStart) -> None:

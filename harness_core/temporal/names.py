@@ -6,6 +6,8 @@ A name is part of every recorded history: renaming one breaks the replay of hist
 
 from __future__ import annotations
 
+import os
+
 __all__ = [
     "ARCHIVE",
     "CHECKPOINT",
@@ -21,6 +23,7 @@ __all__ = [
     "PUSH",
     "RELAY_SIGNAL",
     "RUN_TURN",
+    "SANDBOXED",
     "STORE_RECORD",
     "TASK_WORKFLOW",
     "TOOL_CALL",
@@ -50,3 +53,11 @@ DELEGATE_CANCEL = "delegate_cancel"
 
 # The signal a stand-in relays the other agent's progress with.
 RELAY_SIGNAL = "relay"
+
+#: Whether the task and stand-in workflows run in Temporal's sandbox. Not in production: the
+#: sandbox imports the workflow's modules again for every run (about a third of a short task's
+#: time, bench/README.md), and the workflows are thin drivers of pure, property-tested state.
+#: ``HARNESS_WORKFLOW_SANDBOX=1`` turns it on; CI replays every recorded history that way
+#: (tests/replay/test_sandboxed_replay.py), so time, randomness or I/O in workflow code fails
+#: there, loudly.
+SANDBOXED = os.environ.get("HARNESS_WORKFLOW_SANDBOX", "") == "1"
