@@ -1,0 +1,247 @@
+"""The checks of values that have the right type but a wrong value, or clash with each other.
+
+They run on the structured :class:`Settings` (after the document walk has checked the types):
+patterns for ids, media types, import paths and variable names, ranges for durations and sizes,
+keys that only one ``temporal.mode`` or ``model.kind`` uses, and ``[[agents]]`` entries.
+"""
+
+from __future__ import annotations
+
+import re
+
+from harness_core.config.sections import ModelConfig
+from harness_core.config.settings import Settings
+from harness_core.config.values import origin_problem, split_host_port, url_problem
+from harness_core.config.wording import bad_duration, bad_value
+from harness_core.errors import ConfigError
+
+__all__ = ["MAX_STREAM_FOR", "validate"]
+
+_AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+# Only a name is accepted here; anything else is likely the key itself pasted in by mistake.
+_ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
+_MEDIA_TYPE_PATTERN = r"(\*/\*|[a-z0-9][a-z0-9.+-]*/(\*|[a-z0-9][a-z0-9.+-]*))"
+_IMPORT_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
+_IMPORT_HINT = 'must be "package.module:name", e.g. "my_pkg.tools:lookup_order"'
+#: The longest ``[delegation] stream_for``: a stand-in hears a cancel only once its send returns.
+MAX_STREAM_FOR = 10.0
+_MIN_REQUEST_BYTES = 1024
+
+
+def validate(settings: Settings, label: str) -> None:
+    """Check the values that have the right type but a wrong value, or clash with each other."""
+    agent, temporal, server = settings.agent, settings.temporal, settings.server
+    model = settings.model
+
+    if re.fullmatch(_AGENT_ID_PATTERN, agent.id) is None:
+        raise bad_value(
+            label,
+            "agent.id",
+            agent.id,
+            f"must match {_AGENT_ID_PATTERN} (lowercase letters, digits and '-')",
+        )
+    if agent.name is not None and not agent.name.strip():
+        raise bad_value(label, "agent.name", agent.name, "must not be blank; leave it out")
+    for key, modes in (("input_modes", agent.input_modes), ("output_modes", agent.output_modes)):
+        for index, mode in enumerate(modes):
+            if re.fullmatch(_MEDIA_TYPE_PATTERN, mode) is None:
+                raise bad_value(
+                    label,
+                    f"agent.{key}[{index}]",
+                    mode,
+                    'must be a media type like "text/plain", "image/*" or "*/*"',
+                )
+
+    if not temporal.namespace.strip():
+        raise bad_value(label, "temporal.namespace", temporal.namespace, "must not be blank")
+    if temporal.task_queue is not None and not temporal.task_queue.strip():
+        raise bad_value(
+            label, "temporal.task_queue", temporal.task_queue, "must not be blank; leave it out"
+        )
+    if temporal.api_key_env is not None and not re.fullmatch(
+        _ENV_NAME_PATTERN, temporal.api_key_env
+    ):
+        # Deliberately no value in the message: a malformed "name" may be the key itself.
+        raise ConfigError(
+            f"{label}: 'temporal.api_key_env' must be the name of an environment variable "
+            "(letters, digits and '_', not starting with a digit), not the key itself"
+        )
+    if temporal.mode == "embedded":
+        remote_only = {
+            "address": temporal.address,
+            "api_key_env": temporal.api_key_env,
+            "tls": temporal.tls,
+        }
+        for name, value in remote_only.items():
+            if value is not None:
+                raise ConfigError(
+                    f"{label}: 'temporal.{name}' is only allowed when "
+                    'temporal.mode = "remote" (mode is "embedded")'
+                )
+    else:
+        if temporal.embedded.database_path is not None:
+            raise ConfigError(
+                f"{label}: 'temporal.embedded.database_path' is only allowed when "
+                'temporal.mode = "embedded" (mode is "remote")'
+            )
+        if temporal.address is None:
+            raise ConfigError(
+                f"{label}: 'temporal.address' is required when temporal.mode = \"remote\" "
+                '("HOST:PORT", e.g. "my-namespace.a1b2c.tmprl.cloud:7233")'
+            )
+        try:
+            split_host_port(temporal.address)
+        except ValueError as exc:
+            raise bad_value(label, "temporal.address", temporal.address, str(exc)) from None
+
+    try:
+        split_host_port(server.bind)
+    except ValueError as exc:
+        raise bad_value(label, "server.bind", server.bind, str(exc)) from None
+    if server.base_url is not None:
+        problem = url_problem(server.base_url)
+        if problem is not None:
+            raise bad_value(label, "server.base_url", server.base_url, problem)
+    if server.graceful_timeout < 0:
+        raise bad_duration(label, "server.graceful_timeout", server.graceful_timeout, "be >= 0")
+    if server.max_request_bytes < _MIN_REQUEST_BYTES:
+        raise bad_value(
+            label,
+            "server.max_request_bytes",
+            server.max_request_bytes,
+            f"must be at least {_MIN_REQUEST_BYTES} (bytes)",
+        )
+    if server.rate_limit_per_minute < 0:
+        raise bad_value(
+            label,
+            "server.rate_limit_per_minute",
+            server.rate_limit_per_minute,
+            "must be >= 0 (0 means no limit)",
+        )
+    for index, origin in enumerate(server.cors_origins):
+        problem = origin_problem(origin)
+        if problem is not None:
+            raise bad_value(label, f"server.cors_origins[{index}]", origin, problem)
+
+    ui_path = settings.ui_path
+    if ui_path is not None and not ui_path.is_dir():
+        raise bad_value(
+            label, "server.ui_dir", str(server.ui_dir), f"must be an existing directory ({ui_path})"
+        )
+
+    if settings.heartbeat.interval < 1:
+        raise bad_duration(
+            label, "heartbeat.interval", settings.heartbeat.interval, "be at least 1 second"
+        )
+
+    seen_ids: set[str] = {agent.id}
+    for index, remote in enumerate(settings.agents):
+        where = f"agents[{index}]"
+        if re.fullmatch(_AGENT_ID_PATTERN, remote.id) is None:
+            raise bad_value(label, f"{where}.id", remote.id, "must match " + _AGENT_ID_PATTERN)
+        if remote.id in seen_ids:
+            raise bad_value(
+                label, f"{where}.id", remote.id, "names this agent or another entry already"
+            )
+        seen_ids.add(remote.id)
+        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", remote.url):
+            raise bad_value(label, f"{where}.url", remote.url, "must be an http(s) URL")
+        for header in remote.headers:
+            if not re.fullmatch(r"[A-Za-z0-9-]+=[A-Za-z_][A-Za-z0-9_]*", header):
+                raise bad_value(
+                    label,
+                    f"{where}.headers",
+                    header,
+                    'must be "Header-Name=ENV_VAR" (the value comes from the variable)',
+                )
+
+    for index, host in enumerate(settings.push.allow_hosts):
+        if not re.fullmatch(r"[A-Za-z0-9.:/\-\[\]]{1,253}", host):
+            raise bad_value(
+                label,
+                f"push.allow_hosts[{index}]",
+                host,
+                'must be a host name, an IP address or a network ("10.0.0.0/8")',
+            )
+    if settings.push.timeout <= 0:
+        raise bad_duration(label, "push.timeout", settings.push.timeout, "be more than 0")
+    stream_for = settings.delegation.stream_for
+    if not 0 <= stream_for <= MAX_STREAM_FOR:
+        raise bad_duration(
+            label, "delegation.stream_for", stream_for, f"be between 0 and {MAX_STREAM_FOR:g}s"
+        )
+
+    retention = settings.retention
+    if retention.idle_timeout and retention.idle_timeout < 1:
+        raise bad_duration(
+            label, "retention.idle_timeout", retention.idle_timeout, "be 0 (never) or at least 1s"
+        )
+    if retention.ended_ttl and retention.ended_ttl < 1:
+        raise bad_duration(
+            label, "retention.ended_ttl", retention.ended_ttl, "be 0 (kept) or at least 1s"
+        )
+    if retention.max_streams < 1:
+        raise bad_value(label, "retention.max_streams", retention.max_streams, "must be at least 1")
+
+    if model.delay < 0:
+        raise bad_duration(label, "model.delay", model.delay, "be >= 0")
+    if model.turn_timeout <= 0:
+        raise bad_duration(label, "model.turn_timeout", model.turn_timeout, "be more than 0")
+    if model.kind != "scripted" and model.replies:
+        raise ConfigError(
+            f"{label}: 'model.replies' is only used when model.kind = \"scripted\" "
+            f'(kind is "{model.kind}")'
+        )
+    _validate_model(model, label)
+
+
+def _validate_model(model: ModelConfig, label: str) -> None:
+    llm_only = {
+        "name": model.name,
+        "base_url": model.base_url,
+        "api_key_env": model.api_key_env,
+        "system": model.system,
+        "tools": model.tools or None,
+    }
+    if not model.is_llm:
+        for key, value in llm_only.items():
+            if value is not None:
+                raise ConfigError(
+                    f"{label}: 'model.{key}' is only used when model.kind is \"openai\" or "
+                    f'"anthropic" (kind is "{model.kind}")'
+                )
+    elif model.name is None or not model.name.strip():
+        raise ConfigError(
+            f"{label}: 'model.name' is required when model.kind = \"{model.kind}\" (the "
+            'provider\'s model name, e.g. "gpt-4.1-mini")'
+        )
+    if model.kind == "python":
+        if model.factory is None:
+            raise ConfigError(
+                f"{label}: 'model.factory' is required when model.kind = \"python\" "
+                '("package.module:callable" returning the agent)'
+            )
+        if re.fullmatch(_IMPORT_PATTERN, model.factory) is None:
+            raise bad_value(label, "model.factory", model.factory, _IMPORT_HINT)
+    elif model.factory is not None:
+        raise ConfigError(
+            f"{label}: 'model.factory' is only used when model.kind = \"python\" "
+            f'(kind is "{model.kind}")'
+        )
+    for index, spec in enumerate(model.tools):
+        if re.fullmatch(_IMPORT_PATTERN, spec) is None:
+            raise bad_value(label, f"model.tools[{index}]", spec, _IMPORT_HINT)
+    if model.api_key_env is not None and not re.fullmatch(_ENV_NAME_PATTERN, model.api_key_env):
+        # No value in the message: a malformed "name" may be the key itself.
+        raise ConfigError(
+            f"{label}: 'model.api_key_env' must be the name of an environment variable "
+            "(letters, digits and '_', not starting with a digit), not the key itself"
+        )
+    if model.base_url is not None:
+        problem = url_problem(model.base_url.rstrip("/"))
+        if problem is not None:
+            raise bad_value(label, "model.base_url", model.base_url, problem)
+    if model.max_steps < 1:
+        raise bad_value(label, "model.max_steps", model.max_steps, "must be at least 1")
+    if model.turn_budget <= 0:
+        raise bad_duration(label, "model.turn_budget", model.turn_budget, "be more than 0")

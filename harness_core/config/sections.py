@@ -1,0 +1,164 @@
+"""The sections of an agent's TOML file, one frozen attrs class per table.
+
+Each class is a table (``[agent]``, ``[temporal]``, ``[[agents]]``...), each field a key with its
+default; the comments say what a key means. The loader walks these classes' field types to check
+a file (``document``), so a new key is a new field here and nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import attrs
+
+__all__ = [
+    "AgentConfig",
+    "DelegationConfig",
+    "EmbeddedConfig",
+    "HeartbeatConfig",
+    "ModelConfig",
+    "PushConfig",
+    "RemoteAgentConfig",
+    "RetentionConfig",
+    "ServerConfig",
+    "StoreConfig",
+    "TemporalConfig",
+]
+
+
+@attrs.frozen
+class AgentConfig:
+    """``[agent]``: who this agent is."""
+
+    id: str = "harness"
+    name: str | None = None  # the card name; None means the id
+    description: str | None = None
+    # Media types the agent accepts and produces ("image/png", "image/*"); () means its own
+    # declaration, else what its kind handles (text/plain for echo, scripted and custom agents).
+    input_modes: tuple[str, ...] = ()
+    output_modes: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class EmbeddedConfig:
+    """``[temporal.embedded]``: the Temporal dev server the runtime starts itself."""
+
+    database_path: Path | None = None  # None means temporal.sqlite3 beside the store
+
+
+@attrs.frozen
+class TemporalConfig:
+    """``[temporal]``: which Temporal service to use and how to reach it."""
+
+    mode: Literal["embedded", "remote"] = "embedded"
+    address: str | None = None  # remote only, "host:port"
+    namespace: str = "default"
+    task_queue: str | None = None  # None means the agent id
+    api_key_env: str | None = None  # remote only: the NAME of the variable holding the key
+    tls: bool | None = None  # remote only; None means on exactly when an API key is configured
+    # The claim check's directory: payloads over 16 KiB (files, long replies, tool results) are
+    # kept there by digest and travel through Temporal as references. Every process that uses
+    # the same Temporal connection must share it. None means beside the embedded database
+    # (<database>-payloads/), or .harness/temporal-payloads/ beside the store when remote (in a
+    # process, agents on one connection use its first agent's).
+    payloads: Path | None = None
+    embedded: EmbeddedConfig = attrs.field(factory=EmbeddedConfig)
+
+
+@attrs.frozen
+class ServerConfig:
+    """``[server]``: the HTTP endpoint that serves the agent."""
+
+    bind: str = "127.0.0.1:8000"  # "HOST:PORT", IPv6 as "[::1]:8000"
+    base_url: str | None = None  # the public URL; None means "http://<bind>"
+    graceful_timeout: float = 5.0  # seconds in-flight work gets on shutdown
+    max_request_bytes: int = 1_048_576  # the largest request body accepted, at least 1024
+    rate_limit_per_minute: int = 0  # requests a minute per client address; 0 means no limit
+    cors_origins: tuple[str, ...] = ()  # "*" or origins like "https://app.example.com"
+    ui_dir: Path | None = None  # static files served at <public URL>/ui; an existing directory
+
+
+@attrs.frozen
+class StoreConfig:
+    """``[store]``: where the agent keeps its own state."""
+
+    path: Path | None = None  # None means .harness/<agent id>.sqlite3
+
+
+@attrs.frozen
+class HeartbeatConfig:
+    """``[heartbeat]``: how often the agent reports that it is alive."""
+
+    interval: float = 60.0  # seconds, at least 1
+
+
+@attrs.frozen
+class RemoteAgentConfig:
+    """``[[agents]]``: another agent this one may delegate to, served elsewhere."""
+
+    id: str  # the id turns use to name it (Delegation(to=id))
+    url: str  # its A2A base URL (where its card is, under /.well-known/agent-card.json)
+    tenant: str | None = None  # the tenant to send as, if its endpoint serves several
+    # stream: read on the send's stream for [delegation] stream_for, then as push (or follow)
+    # would; push: it pushes to us from the start (if its card offers it); follow: we read.
+    updates: Literal["stream", "push", "follow"] = "stream"
+    # Headers to send, by name; each value is the NAME of an environment variable holding it.
+    headers: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class DelegationConfig:
+    """``[delegation]``: how this agent's delegations follow the other agents' answers."""
+
+    # A delegation reads the answer on its send's own stream (SendStreamingMessage) for this
+    # long; a task still running then is followed by pushes, or by reading it. 0: from the start.
+    stream_for: float = 2.0
+
+
+@attrs.frozen
+class PushConfig:
+    """``[push]``: push notifications (webhooks) to A2A clients."""
+
+    enabled: bool = True  # the card declares pushNotifications; the four config methods work
+    # Webhook hosts allowed although they are loopback or private (SSRF guard): host names, IP
+    # addresses or networks ("127.0.0.1", "localhost", "10.0.0.0/8").
+    allow_hosts: tuple[str, ...] = ()
+    timeout: float = 10.0  # seconds one webhook call may take
+
+
+@attrs.frozen
+class RetentionConfig:
+    """``[retention]``: how long tasks, their records and streams may last."""
+
+    # A task waiting for input (or auth) that gets no message for this long ends; 0 means never.
+    idle_timeout: float = 7 * 86400.0
+    expired_state: Literal["canceled", "failed"] = "canceled"  # how an expired task ends
+    # Ended tasks (record, messages, events) and blobs nothing refers to any more are removed by
+    # the heartbeat this long after they ended; 0 means they are kept.
+    ended_ttl: float = 30 * 86400.0
+    max_streams: int = 1000  # open streams (SSE) of the agent in this process; past it: 503
+
+
+@attrs.frozen
+class ModelConfig:
+    """``[model]``: what answers each turn: a built-in agent, a model server, or Python code."""
+
+    kind: Literal["echo", "scripted", "tck", "openai", "anthropic", "python"] = "echo"
+    name: str | None = None  # openai/anthropic: the provider's model name
+    base_url: str | None = None  # openai/anthropic: another server (Ollama, vLLM, a proxy)
+    api_key_env: str | None = None  # openai/anthropic: the NAME of the variable holding the key
+    system: str | None = None  # openai/anthropic: the system prompt
+    tools: tuple[str, ...] = ()  # openai/anthropic: "package.module:function" async tools
+    factory: str | None = None  # python: "package.module:callable" returning the agent
+    replies: tuple[str, ...] = ()  # scripted: in order, then the last repeats; empty echoes
+    delay: float = 0.0  # seconds each turn waits before answering
+    local_activity: bool = True  # a local activity skips a task-queue round trip per turn
+    turn_timeout: float = 60.0  # seconds one attempt of a turn (or a model request) may take
+    max_steps: int = 20  # openai/anthropic: model requests per turn before it must answer
+    turn_budget: float = 600.0  # openai/anthropic: seconds of wall clock per turn
+
+    @property
+    def is_llm(self) -> bool:
+        """The workflow runs the model loop (a model server), not one activity per turn."""
+        return self.kind in ("openai", "anthropic")

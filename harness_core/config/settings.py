@@ -1,0 +1,162 @@
+"""``Settings``: everything one agent needs, and the values derived from it.
+
+Values derived from the file (task queue, absolute store, database and payload paths, base URL,
+the bind address, the API keys read from the environment) are properties of :class:`Settings`,
+so every consumer derives them the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import attrs
+
+from harness_core.config.sections import (
+    AgentConfig,
+    DelegationConfig,
+    HeartbeatConfig,
+    ModelConfig,
+    PushConfig,
+    RemoteAgentConfig,
+    RetentionConfig,
+    ServerConfig,
+    StoreConfig,
+    TemporalConfig,
+)
+from harness_core.config.values import split_host_port
+from harness_core.config.wording import NO_FILE, bad_value
+from harness_core.errors import ConfigError
+
+__all__ = ["Settings"]
+
+
+@attrs.frozen
+class Settings:
+    """Everything one agent needs, with the values derived from it as properties."""
+
+    agent: AgentConfig = attrs.field(factory=AgentConfig)
+    temporal: TemporalConfig = attrs.field(factory=TemporalConfig)
+    server: ServerConfig = attrs.field(factory=ServerConfig)
+    store: StoreConfig = attrs.field(factory=StoreConfig)
+    heartbeat: HeartbeatConfig = attrs.field(factory=HeartbeatConfig)
+    model: ModelConfig = attrs.field(factory=ModelConfig)
+    retention: RetentionConfig = attrs.field(factory=RetentionConfig)
+    push: PushConfig = attrs.field(factory=PushConfig)
+    delegation: DelegationConfig = attrs.field(factory=DelegationConfig)
+    agents: tuple[RemoteAgentConfig, ...] = ()
+    # Set by the loader, never read from TOML.
+    source: Path | None = None
+    base_dir: Path = attrs.field(default=Path("."))
+
+    @property
+    def agent_id(self) -> str:
+        """The agent's id."""
+        return self.agent.id
+
+    @property
+    def agent_name(self) -> str:
+        """The name on the agent card: ``agent.name``, else the id."""
+        return self.agent.name if self.agent.name is not None else self.agent.id
+
+    @property
+    def effective_task_queue(self) -> str:
+        """The Temporal task queue: ``temporal.task_queue``, else the agent id."""
+        return self.temporal.task_queue if self.temporal.task_queue is not None else self.agent.id
+
+    @property
+    def store_path(self) -> Path:
+        """The absolute store file: ``store.path``, else ``.harness/<id>.sqlite3``."""
+        configured = self.store.path
+        if configured is None:
+            configured = Path(".harness") / f"{self.agent.id}.sqlite3"
+        return self._absolute(configured)
+
+    @property
+    def database_path(self) -> Path:
+        """The absolute embedded Temporal database, by default beside the store."""
+        configured = self.temporal.embedded.database_path
+        if configured is None:
+            return self.store_path.parent / "temporal.sqlite3"
+        return self._absolute(configured)
+
+    @property
+    def ui_path(self) -> Path | None:
+        """The absolute ``server.ui_dir``, or None when no UI is configured."""
+        return None if self.server.ui_dir is None else self._absolute(self.server.ui_dir)
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether to reach a remote Temporal over TLS: ``temporal.tls``, else with an API key."""
+        if self.temporal.tls is not None:
+            return self.temporal.tls
+        return self.temporal.api_key_env is not None
+
+    @property
+    def base_url(self) -> str:
+        """The public URL without a trailing slash: ``server.base_url``, else ``http://<bind>``."""
+        if self.server.base_url is not None:
+            return self.server.base_url.rstrip("/")
+        return f"http://{self.server.bind}"
+
+    @property
+    def bind_host(self) -> str:
+        """The host to listen on, without IPv6 brackets."""
+        return self._bind()[0]
+
+    @property
+    def bind_port(self) -> int:
+        """The port to listen on (0 lets the system choose)."""
+        return self._bind()[1]
+
+    def api_key(self) -> str | None:
+        """Read the Temporal API key from the variable ``temporal.api_key_env`` names.
+
+        Returns None when no variable is configured. Raises :class:`ConfigError` naming the
+        variable, never a value, when it is unset or empty.
+        """
+        return self._secret(self.temporal.api_key_env, "Temporal API key", "temporal.api_key_env")
+
+    def model_api_key(self) -> str | None:
+        """Read the model server's API key from the variable ``model.api_key_env`` names (None
+        when no variable is configured); the error names the variable, never a value."""
+        return self._secret(self.model.api_key_env, "model server's API key", "model.api_key_env")
+
+    def _secret(self, name: str | None, what: str, key: str) -> str | None:
+        if name is None:
+            return None
+        value = os.environ.get(name)
+        if value is None or not value.strip():
+            state = "not set" if value is None else "empty"
+            raise ConfigError(
+                f"{self._label}: environment variable {name} is {state}; it must hold the "
+                f"{what} ({key} names it)"
+            )
+        # A trailing newline from `$(cat keyfile)` would otherwise end up in the auth header.
+        return value.strip()
+
+    @property
+    def payloads_path(self) -> Path:
+        """The absolute claim-check directory: ``temporal.payloads``, else beside the embedded
+        database (``<database without suffix>-payloads``), or ``temporal-payloads`` beside the
+        store when remote."""
+        if self.temporal.payloads is not None:
+            return self._absolute(self.temporal.payloads)
+        if self.temporal.mode == "embedded":
+            database = self.database_path
+            return database.with_name(f"{database.stem}-payloads")
+        return self.store_path.parent / "temporal-payloads"
+
+    @property
+    def _label(self) -> str:
+        return str(self.source) if self.source is not None else NO_FILE
+
+    def _absolute(self, path: Path) -> Path:
+        # abspath rather than resolve(): normalise "..", but keep symlinks the user chose.
+        return Path(os.path.abspath(self.base_dir / path.expanduser()))
+
+    def _bind(self) -> tuple[str, int]:
+        try:
+            return split_host_port(self.server.bind)
+        except ValueError as exc:
+            raise bad_value(self._label, "server.bind", self.server.bind, str(exc)) from None
