@@ -69,6 +69,8 @@ _MAX_LINE_BYTES = 64 * 1024
 # The dev server prints this on stdout once its frontend is up, e.g.
 # "Temporal Server:      localhost:7233".
 _READY_LINE = re.compile(r"^Temporal Server:\s+\S+")
+#: Workflow executions the embedded server's history service keeps in memory.
+_EXECUTION_CACHE = 1024
 _WARNING_LINE = re.compile(r"\blevel=(?:WARN|ERROR|DPANIC|PANIC|FATAL)\b|^Error:")
 # The dev server's "Slow gRPC call" for calls that wait on purpose: an update waiting for its
 # workflow (a blocking SendMessage waits for the turn), a poll for an update's outcome.
@@ -470,6 +472,11 @@ def _command(binary: Path, database: Path, port: int, namespaces: Sequence[str])
     command += ["--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal"]
     # The default poll rate of the transfer queue adds ~75 ms to every workflow round trip.
     command += ["--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"]
+    # Every task is a workflow, and the history service keeps each execution it touched in its
+    # cache (128,000 of them, for an hour, by default): under steady load the server grew by
+    # ~100 MB a minute (bench/soak.py). A thousand is plenty for one machine's running tasks; an
+    # execution not in the cache is read from the database when it is needed.
+    command += ["--dynamic-config-value", f"history.hostLevelCacheMaxSize={_EXECUTION_CACHE}"]
     return command
 
 
