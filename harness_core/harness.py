@@ -120,7 +120,11 @@ class Harness:
         #: part of another type is refused.
         self.input_modes, self.output_modes = self._modes()
         store = payload_store_of(client.data_converter) if client is not None else None
-        if client is not None and (store is None or store.directory != settings.payloads_path):
+        # The client's payload directory is the agent's, unless the agent names another.
+        named = settings.temporal.payloads is not None
+        if client is not None and (
+            store is None or (named and store.directory != settings.payloads_path)
+        ):
             raise ConfigError(
                 f"agent {settings.agent_id}: connect the Temporal client you pass with "
                 "data_converter=harness_core.temporal.codec.data_converter_for(settings) (the "
