@@ -5,9 +5,9 @@ so it must stay small and free of side effects: re-importing it per workflow run
 class object every run and grow its dispatch caches without bound (``shared/reference/temporal-latency.md``).
 
 A2A protobuf values (messages, parts, events) travel as ProtoJSON dictionaries (``MessageToDict``
-output), which keeps the workflow free of protobuf and the payloads readable in Temporal's UI. Content
-over a threshold never travels: it is in the agent's blob store and a part carries its reference
-(``harness.blob`` in the part's metadata; see ``harness_core.blobs``). What a workflow holds is bounded
+output), which keeps the workflow free of protobuf and the payloads readable in Temporal's UI. A
+payload over a threshold never travels inline: the claim check (``harness_core.temporal.codec``)
+stores it by digest and Temporal's history keeps a reference. What a workflow holds is bounded
 per run (``RUN_MESSAGES``, ``RUN_BYTES``): past that it archives the run to the agent's store and
 continues as new, carrying only a :class:`TaskCarry`.
 """
@@ -78,7 +78,7 @@ class Inbound:
     wait: bool = False
     #: The agent the message was sent to; a task of another agent refuses it as not found.
     agent_id: str = ""
-    #: The message's size as compact JSON (blobs by reference), measured once by the sender.
+    #: The message's size as compact JSON, measured once by the sender.
     size: int = 0
     #: A digest of the message's content: a retry has the same, a reused id another.
     digest: str = ""

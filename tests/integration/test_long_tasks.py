@@ -1,5 +1,5 @@
 """Tasks that hold real conversations: thousands of messages across continue-as-new, with history that
-grows linearly, and content far over Temporal's payload limit kept in the blob store."""
+grows linearly, and content far over Temporal's payload limit carried by the claim check."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Lifetimes (``[retention]``): idle tasks expire, ended ones are swept with their blobs, open streams
+"""Lifetimes (``[retention]``): idle tasks expire, ended ones are swept with their payloads, open streams
 are capped, and a retried first message runs the model once while its record is kept.
 
-Real Temporal timers and schedules, real HTTP on loopback, a real store and blob directory.
+Real Temporal timers and schedules, real HTTP on loopback, a real store and payload directory.
 """
 
 from __future__ import annotations

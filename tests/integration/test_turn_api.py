@@ -80,7 +80,7 @@ async def test_a_turn_sees_text_file_and_data_parts_with_metadata_and_sender(mak
 
 
 async def test_progress_chunked_artifacts_and_files_stream_with_semantic_ids(make_harness):
-    report = bytes(range(256)) * 400  # 100 KiB: kept in the blob store, by reference
+    report = bytes(range(256)) * 400  # 100 KiB: stored by the claim check, by reference
 
     async def agent(ctx: TurnContext) -> TurnResult:
         await ctx.progress("step:1", "reading the order")
