@@ -1,0 +1,146 @@
+"""The reads of an agent's store: ended tasks' records, archived messages and events, the
+listing index, a task's cancel request and the agent's meta keys.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import cast
+
+from harness_core.converter import payload_converter
+from harness_core.payloads import ProtoJSON, TaskEvent, TaskRecord
+from harness_core.store.connection import StoreConnection
+from harness_core.store.rows import ROW_COLUMNS, IndexRow, index_row_from, record_from_json
+
+__all__ = ["TaskStoreReads"]
+
+
+class TaskStoreReads(StoreConnection):
+    """The reads of the store, the base of :class:`~harness_core.store.TaskStore`."""
+
+    def get(self, task_id: str) -> TaskRecord | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT record FROM tasks WHERE task_id = ?", (task_id,)
+            ).fetchone()
+        return None if row is None else record_from_json(row[0])
+
+    def messages(self, task_id: str, start: int, end: int) -> list[ProtoJSON]:
+        """Archived messages at positions ``start`` up to (not including) ``end``."""
+        return [message for message, _ in self.messages_with_senders(task_id, start, end)]
+
+    def messages_with_senders(
+        self, task_id: str, start: int, end: int
+    ) -> list[tuple[ProtoJSON, str | None]]:
+        """Archived messages at positions ``start`` up to ``end``, with who sent each."""
+        if end <= start:
+            return []
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT body, sender FROM task_messages WHERE task_id = ? AND position >= ? "
+                "AND position < ? ORDER BY position",
+                (task_id, start, end),
+            ).fetchall()
+        return [(cast("ProtoJSON", json.loads(r[0])), r[1]) for r in rows]
+
+    def message_digest(self, task_id: str, message_id: str) -> str | None:
+        """The content digest of an archived message, or None when the task has no such message."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT digest FROM task_messages WHERE task_id = ? AND message_id = ? LIMIT 1",
+                (task_id, message_id),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def events(self, task_id: str, after: int, until: int | None = None) -> list[TaskEvent]:
+        """Archived events with ``after < seq <= until``."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT body FROM task_events WHERE task_id = ? AND seq > ? AND seq <= ? "
+                "ORDER BY seq",
+                (task_id, after, until if until is not None else 2**62),
+            ).fetchall()
+        return [payload_converter.structure(json.loads(r[0]), TaskEvent) for r in rows]
+
+    def index_row(self, task_id: str) -> IndexRow | None:
+        """The task as the listing index has it, with everyone on it; None when it has no row."""
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {ROW_COLUMNS} FROM task_index WHERE task_id = ?", (task_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            people = self._db.execute(
+                "SELECT participant FROM task_participants WHERE task_id = ?", (task_id,)
+            ).fetchall()
+        return index_row_from(row, tuple(str(p[0]) for p in people))
+
+    def list_index(
+        self,
+        *,
+        participant: str | None,
+        context_id: str = "",
+        state: str = "",
+        status_after: int | None = None,
+        limit: int = 50,
+        cursor: tuple[int, str] | None = None,
+    ) -> tuple[list[IndexRow], int]:
+        """Tasks ``participant`` may see (``may_access``), latest status first, filtered by
+        context, state and status time (microseconds, at or after), after the keyset ``cursor``
+        (a row's status time and id); and how many match in all (the cursor aside)."""
+        where: list[str] = ["closed < 2"]
+        args: list[str | int] = []
+        if participant:
+            where.append("task_id IN (SELECT task_id FROM task_participants WHERE participant = ?)")
+            args.append(participant)
+        else:
+            where.append(
+                "NOT EXISTS (SELECT 1 FROM task_participants p "
+                "WHERE p.task_id = task_index.task_id)"
+            )
+        if context_id:
+            where.append("context_id = ?")
+            args.append(context_id)
+        if state:
+            where.append("state = ?")
+            args.append(state)
+        if status_after is not None:
+            where.append("status_at >= ?")
+            args.append(status_after)
+        clause = " AND ".join(where)
+        page_clause = clause
+        page_args = list(args)
+        if cursor is not None:
+            page_clause += " AND (status_at < ? OR (status_at = ? AND task_id < ?))"
+            page_args += [cursor[0], cursor[0], cursor[1]]
+        with self._lock, self._snapshot():
+            total = int(
+                self._db.execute(
+                    f"SELECT COUNT(*) FROM task_index WHERE {clause}", args
+                ).fetchone()[0]
+            )
+            rows = self._db.execute(
+                f"SELECT {ROW_COLUMNS} FROM task_index WHERE {page_clause} "
+                "ORDER BY status_at DESC, task_id DESC LIMIT ?",
+                [*page_args, limit],
+            ).fetchall()
+        return [index_row_from(r, ()) for r in rows], total
+
+    def count_open(self) -> int:
+        """How many of the agent's tasks have not ended."""
+        with self._lock:
+            return int(
+                self._db.execute("SELECT COUNT(*) FROM task_index WHERE closed = 0").fetchone()[0]
+            )
+
+    def cancel_requested(self, task_id: str) -> bool:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT cancel_requested FROM task_index WHERE task_id = ?", (task_id,)
+            ).fetchone()
+        return bool(row and row[0])
+
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])

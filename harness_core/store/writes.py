@@ -1,0 +1,282 @@
+"""``TaskStore``: the store's write path, on top of its reads (``reads``) and webhooks
+(``push_configs``), and the migration of files an older version wrote.
+
+Writes are idempotent (rows at absolute positions), so a retried activity changes nothing. A
+running task's checkpoints and an ended task's summary also keep its row in the listing index;
+the retention sweep removes ended tasks and leaves tombstones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+from harness_core.converter import payload_converter
+from harness_core.payloads import Archive, IndexEntry, ProtoJSON, TaskEvent, TaskRecord
+from harness_core.store.push_configs import PushConfigStore
+from harness_core.store.reads import TaskStoreReads
+from harness_core.store.rows import (
+    content_digest,
+    dumps,
+    now_micros,
+    record_from_json,
+    status_micros,
+)
+from harness_core.store.schema import VERSION
+
+__all__ = ["TOMBSTONE_SECONDS", "TaskStore"]
+
+#: How long the id of a removed task is remembered (reads of it answer not found).
+TOMBSTONE_SECONDS = 30 * 86400
+
+
+class TaskStore(TaskStoreReads, PushConfigStore):
+    """One agent's archived tasks in one SQLite file. Thread-safe; open it once per agent."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self._migrate()
+        path.chmod(0o600)
+
+    def _migrate(self) -> None:
+        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        if version >= VERSION:
+            return
+        with self._transaction():
+            if version < 2:
+                for (data,) in self._db.execute("SELECT record FROM tasks").fetchall():
+                    raw = cast("dict[str, Any]", json.loads(data))
+                    if "task" in raw:
+                        self._split_old_record(raw)
+                    else:
+                        self._put_participants(str(raw["task_id"]), raw.get("participants") or [])
+            for (data,) in self._db.execute("SELECT record FROM tasks").fetchall():
+                self._index_record(record_from_json(data))
+            self._db.execute(f"PRAGMA user_version = {VERSION}")
+
+    def _split_old_record(self, raw: dict[str, Any]) -> None:
+        """A version-1 record held the whole task; keep its messages and events as rows."""
+        task = cast("dict[str, Any]", raw["task"])
+        history = cast("list[ProtoJSON]", task.get("history") or [])
+        old_events = cast("list[Any]", raw.get("events") or [])
+        events = [payload_converter.structure(e, TaskEvent) for e in old_events]
+        archive = Archive(
+            task_id=str(raw["task_id"]),
+            agent_id=str(raw["agent_id"]),
+            context_id=str(raw["context_id"]),
+            first_message=0,
+            messages=tuple(history),
+            events=tuple(events),
+            participants=tuple(raw.get("participants") or ()),
+        )
+        record = TaskRecord(
+            task_id=archive.task_id,
+            context_id=archive.context_id,
+            agent_id=archive.agent_id,
+            state=str(raw["state"]),
+            status=cast("ProtoJSON", task.get("status") or {"state": raw["state"]}),
+            participants=archive.participants,
+            updated_at=str(raw["updated_at"]),
+            messages=len(history),
+            events=len(events),
+        )
+        self._write_archive(archive)
+        self._write_record(record)
+
+    def _put_participants(self, task_id: str, participants: Any) -> None:
+        self._db.executemany(
+            "INSERT OR IGNORE INTO task_participants VALUES (?, ?)",
+            [(task_id, str(p)) for p in participants],
+        )
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def _write_messages(
+        self,
+        task_id: str,
+        first: int,
+        messages: tuple[ProtoJSON, ...],
+        senders: tuple[tuple[str, str], ...],
+        verb: str = "INSERT OR REPLACE",
+    ) -> None:
+        by_id = dict(senders)
+        rows: list[tuple[str, int, str, str, str | None, str]] = []
+        for index, message in enumerate(messages):
+            message_id = str(message.get("messageId", ""))
+            rows.append(
+                (
+                    task_id,
+                    first + index,
+                    message_id,
+                    content_digest(message),
+                    by_id.get(message_id),
+                    dumps(message),
+                )
+            )
+        self._db.executemany(f"{verb} INTO task_messages VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def _write_archive(self, archive: Archive, verb: str = "INSERT OR REPLACE") -> None:
+        self._write_messages(
+            archive.task_id, archive.first_message, archive.messages, archive.senders, verb
+        )
+        self._db.executemany(
+            "INSERT OR REPLACE INTO task_events VALUES (?, ?, ?)",
+            [
+                (archive.task_id, event.seq, dumps(payload_converter.unstructure(event)))
+                for event in archive.events
+            ],
+        )
+        self._put_participants(archive.task_id, archive.participants)
+
+    def _write_record(self, record: TaskRecord) -> None:
+        row = (
+            record.task_id,
+            record.context_id,
+            record.agent_id,
+            record.state,
+            record.updated_at,
+            dumps(payload_converter.unstructure(record)),
+        )
+        self._db.execute("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)", row)
+        self._put_participants(record.task_id, record.participants)
+        self._index_record(record)
+        # Messages a last turn never took (the task ended first) are no part of it.
+        self._db.execute(
+            "DELETE FROM task_messages WHERE task_id = ? AND position >= ?",
+            (record.task_id, record.messages),
+        )
+
+    def _index_record(self, record: TaskRecord) -> None:
+        """An ended task in the index: it replaces whatever the index had (nothing moves it on)."""
+        self._db.execute(
+            "INSERT OR REPLACE INTO task_index VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, 0, 0, ?)",
+            (
+                record.task_id,
+                record.context_id,
+                record.agent_id,
+                record.state,
+                dumps(record.status),
+                status_micros(record.status),
+                record.events,
+                record.messages,
+                now_micros(),
+            ),
+        )
+
+    def _index_entry(self, entry: IndexEntry) -> None:
+        """A running task's state in the index, unless the index has it at a later point already
+        (or ended): writers race (a turn's activity, the sender's receipt), and the latest event
+        wins."""
+        archive = entry.archive
+        self._db.execute(
+            "INSERT INTO task_index VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?) "
+            "ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, "
+            "status = excluded.status, status_at = excluded.status_at, seq = excluded.seq, "
+            "messages = max(messages, excluded.messages), busy = excluded.busy, "
+            "written_at = excluded.written_at "
+            "WHERE closed = 0 AND (excluded.seq > seq OR (excluded.seq = seq AND "
+            "(excluded.messages > messages OR excluded.busy > busy)))",
+            (
+                archive.task_id,
+                archive.context_id,
+                archive.agent_id,
+                str(entry.status.get("state", "")),
+                dumps(entry.status),
+                status_micros(entry.status),
+                entry.last_seq,
+                max(entry.messages, 0),
+                int(entry.busy),
+                now_micros(),
+            ),
+        )
+
+    def put_messages(
+        self,
+        task_id: str,
+        first: int,
+        messages: tuple[ProtoJSON, ...],
+        senders: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        """Keep messages at positions ``first`` on (a turn's new ones, before it reads its history)."""
+        with self._lock, self._transaction():
+            self._write_messages(task_id, first, messages, senders)
+
+    def archive(self, archive: Archive) -> None:
+        """Keep a run's messages and events (a task about to continue as new)."""
+        with self._lock, self._transaction():
+            self._write_archive(archive)
+
+    def checkpoint(self, entry: IndexEntry, *, partial: bool = False) -> None:
+        """Keep what a running task has reached: its new messages and events, and its state in
+        the listing index, in one transaction. A ``partial`` entry (a sender's receipt: it knows
+        no senders) adds only the rows the store lacks."""
+        with self._lock, self._transaction():
+            self._write_archive(
+                entry.archive, "INSERT OR IGNORE" if partial else "INSERT OR REPLACE"
+            )
+            self._index_entry(entry)
+
+    def forget_unstarted(self, task_id: str) -> None:
+        """Drop a task the index learned of before its workflow started, if nothing since has
+        written over it (its start failed)."""
+        with self._lock, self._transaction():
+            removed = self._db.execute(
+                "DELETE FROM task_index WHERE task_id = ? AND seq = 0 AND closed = 0 "
+                "AND NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = task_index.task_id)",
+                (task_id,),
+            ).rowcount
+            if removed:
+                self._db.execute("DELETE FROM task_messages WHERE task_id = ?", (task_id,))
+                self._db.execute("DELETE FROM task_participants WHERE task_id = ?", (task_id,))
+
+    def request_cancel(self, task_id: str) -> None:
+        """Note that a client asked to cancel the task: its running turn (in any process serving
+        the agent) stops at its next look (``cancel_requested``)."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE task_index SET cancel_requested = 1 WHERE task_id = ?", (task_id,)
+            )
+
+    def store_final(self, archive: Archive, record: TaskRecord) -> None:
+        """Keep an ended task: its last run and its summary, in one transaction."""
+        with self._lock, self._transaction():
+            self._write_archive(archive)
+            self._write_record(record)
+
+    def sweep(self, ended_before: int, limit: int = 1000) -> list[str]:
+        """Remove up to ``limit`` tasks that ended (were last written) before ``ended_before``
+        (microseconds since the epoch): their record, messages, events and participants. Each
+        leaves a tombstone in the index, so that reads answer not found instead of asking the
+        task's workflow, which Temporal may keep longer; tombstones go after
+        ``TOMBSTONE_SECONDS``. Returns the ids of the tasks removed."""
+        with self._lock, self._transaction():
+            ids = [
+                str(row[0])
+                for row in self._db.execute(
+                    "SELECT task_id FROM task_index WHERE closed = 1 AND written_at < ? LIMIT ?",
+                    (ended_before, limit),
+                ).fetchall()
+            ]
+            rows = [(i,) for i in ids]
+            for table in (
+                "tasks",
+                "task_messages",
+                "task_events",
+                "task_participants",
+                "push_configs",
+            ):
+                self._db.executemany(f"DELETE FROM {table} WHERE task_id = ?", rows)
+            self._db.executemany(
+                "UPDATE task_index SET closed = 2, status = '{}', written_at = ? WHERE task_id = ?",
+                [(now_micros(), i) for i in ids],
+            )
+            self._db.execute(
+                "DELETE FROM task_index WHERE closed = 2 AND written_at < ?",
+                (now_micros() - TOMBSTONE_SECONDS * 1_000_000,),
+            )
+        return ids
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
