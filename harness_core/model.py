@@ -183,20 +183,26 @@ class ScriptedModel:
         *,
         delay: float = 0.0,
         gate: Gate | None = None,
+        record: bool = True,
     ) -> None:
         self._replies = [TurnOutput(r) if isinstance(r, str) else r for r in replies]
         self._delay = delay
         self.gate = gate
+        #: What each turn was given (with ``record``; a long-running agent keeps nothing).
         self.turns: list[TurnInput] = []
         self.contexts: list[TurnContext] = []
+        self._record = record
+        self._count = 0
         self._lock = threading.Lock()
 
     async def turn(self, ctx: TurnContext) -> TurnResult:
         turn = turn_input(ctx)
         with self._lock:
-            index = len(self.turns)
-            self.turns.append(turn)
-            self.contexts.append(ctx)
+            index = self._count
+            self._count += 1
+            if self._record:
+                self.turns.append(turn)
+                self.contexts.append(ctx)
         if self._delay:
             await anyio.sleep(self._delay)
         if self.gate is not None:
@@ -214,4 +220,5 @@ class EchoModel(ScriptedModel):
     """The embedded default (``[model] kind = "echo"``): answers with the user's last text."""
 
     def __init__(self, *, delay: float = 0.0) -> None:
-        super().__init__((), delay=delay)
+        # It serves for as long as the process runs: it remembers no turn (it leaked each one).
+        super().__init__((), delay=delay, record=False)

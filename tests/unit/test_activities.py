@@ -66,3 +66,24 @@ async def test_a_turn_of_another_agent_is_refused_and_never_reaches_the_model(
     assert own.kind == "complete"
     assert own.message == ({"text": "beta's answer"},)
     assert len(model.turns) == 1
+
+
+async def test_the_echo_model_keeps_nothing_of_the_turns_it_served() -> None:
+    """The embedded default serves for as long as its process runs: a turn leaves nothing behind
+    (it used to keep every turn's input and context, growing without bound under load); a
+    scripted model, for tests, still records them."""
+    from harness_core import Complete, EchoModel, ScriptedModel
+    from harness_core.agents.context import ActivityTurnContext
+    from harness_core.agents.parts import message_from_json
+
+    message = message_from_json({"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]})
+    echo, scripted = EchoModel(), ScriptedModel()
+    for model in (echo, scripted):
+        for number in (1, 2):
+            ctx = ActivityTurnContext(
+                task_id="t1", context_id="c1", number=number, history=(message,), new_ids=("m1",)
+            )
+            result = await model.turn(ctx)
+            assert isinstance(result, Complete)
+    assert echo.turns == [] and echo.contexts == []
+    assert len(scripted.turns) == 2
