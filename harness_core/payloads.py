@@ -107,8 +107,9 @@ class TaskCarry:
 
     status: ProtoJSON
     participants: tuple[str, ...]
-    #: Message ids (with their content digests) of the run that just ended: a late retry of one
-    #: of them is still recognised by the workflow (older ones by the store).
+    #: The latest message ids (with their content digests), of this run and the ones before it, up
+    #: to twice a run's messages: a late retry of one is still recognised by the workflow (older
+    #: ones by the store).
     recent_ids: tuple[tuple[str, str], ...]
     archived_messages: int
     archived_events: int

@@ -124,7 +124,8 @@ class TaskState:
         self.participants: list[str] = list(carry.participants) if carry else []
         # Message id -> content digest, for this run and the one before it.
         self.ids: dict[str, str] = dict(carry.recent_ids) if carry else {}
-        self.run_ids: list[tuple[str, str]] = []
+        # The ids (with digests) this run knows of and carries on: those carried in, then its own.
+        self.run_ids: list[tuple[str, str]] = list(carry.recent_ids) if carry else []
         self.archived_messages = carry.archived_messages if carry else 0
         self.archived_events = carry.archived_events if carry else 0
         # The events the listing index (the agent's store) has: it learns the others at the next
@@ -583,7 +584,9 @@ class TaskState:
         return TaskCarry(
             status=self.status,
             participants=tuple(self.participants),
-            recent_ids=tuple(self.run_ids),
+            # The latest ids, whichever run took them: a run that took none still knows the
+            # last run's (a retry of one of them changes nothing); older ones are in the store.
+            recent_ids=tuple(self.run_ids[-2 * self.start.run_messages :]),
             archived_messages=self.archived_messages + len(self.history),
             archived_events=self.last_seq(),
             turns=self.turns,
