@@ -65,6 +65,16 @@ import httpx
 from anyio.abc import SocketAttribute, SocketStream
 from temporalio import workflow
 
+from bench.durable_send import (
+    Options,
+    _dig,  # pyright: ignore[reportPrivateUsage]
+    _fmt,  # pyright: ignore[reportPrivateUsage]
+    _http_client,  # pyright: ignore[reportPrivateUsage]
+    _stop_child,  # pyright: ignore[reportPrivateUsage]
+    percentile,
+    ratio,
+)
+
 SCENARIOS = ("product", "peer-embedded", "peer-stock", "peer-unsandboxed")
 DEFAULT_SCENARIOS = ("peer-stock", "product", "peer-embedded")
 # Run twice, in mirrored order: whichever scenario runs later in a run tends to measure slower.
@@ -377,16 +387,6 @@ def tree_cpu(exclude: frozenset[int] = frozenset()) -> tuple[float, float]:
 
 
 @dataclass
-class Options:
-    warmup: int
-    requests: int
-    concurrency: int
-    total: int
-    sequential_cap: float
-    time_cap: float
-
-
-@dataclass
 class Result:
     scenario: str
     p50_ms: float | None = None
@@ -492,13 +492,6 @@ class CpuWindow:
         return (self.own + self.servers) * 1000.0 / turns, self.servers * 1000.0 / turns
 
 
-def percentile(values: Sequence[float], fraction: float) -> float:
-    """Nearest-rank percentile of ``values`` (non-empty)."""
-    from bench.durable_send import percentile as nearest_rank
-
-    return nearest_rank(values, fraction)
-
-
 async def sequential(call: Call, options: Options, result: Result, cpu: CpuWindow) -> None:
     """Warm-up turns, then ``requests`` sequential timed turns; all within ``sequential_cap``."""
     recorder = Recorder(result, "sequential")
@@ -601,20 +594,6 @@ async def measure(
 
 
 # -- the product ----------------------------------------------------------------------------------
-
-
-def _dig(value: object, *keys: str) -> object:
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = cast("dict[str, object]", value).get(key)
-    return value
-
-
-def _http_client(options: Options) -> httpx.AsyncClient:
-    connections = options.concurrency + 4
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return httpx.AsyncClient(limits=limits, timeout=CALL_TIMEOUT)
 
 
 async def run_product(scenario: Scenario) -> None:
@@ -930,54 +909,6 @@ def run_child(name: str, options: Options, workdir: Path, model_port: int) -> Re
         notes.append(f"the child exited with code {process.returncode}")
     result.notes.extend(notes)
     return result
-
-
-def _stop_child(process: subprocess.Popen[str], workdir: Path) -> str:
-    """SIGTERM (the child then stops its servers), SIGKILL after a grace period; reap it."""
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGTERM)
-    try:
-        stdout, _ = process.communicate(timeout=KILL_GRACE)
-        return stdout or ""
-    except subprocess.TimeoutExpired:
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    stdout, _ = process.communicate()
-    _kill_leftover_servers(workdir)
-    return stdout or ""
-
-
-def _kill_leftover_servers(workdir: Path) -> None:
-    """An embedded dev server runs in a session of its own: find it by its state file."""
-    for state in workdir.rglob("*.server.json"):
-        try:
-            pid = int(json.loads(state.read_text())["pid"])
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if b"start-dev" not in cmdline or str(workdir).encode() not in cmdline or pid <= 1:
-            continue  # not a dev server on our files (a reused pid): leave it alone
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline and _alive(pid):
-            time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    fields = _stat_fields(pid)
-    return bool(fields) and fields is not None and fields[0] not in ("Z", "X")
-
-
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def ratio(numerator: float | None, denominator: float | None) -> float | None:
-    if numerator is None or denominator is None or denominator == 0:
-        return None
-    return numerator / denominator
 
 
 def report(results: dict[str, Result]) -> list[dict[str, Any]]:
