@@ -18,7 +18,6 @@ import json
 import os
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import anyio
@@ -54,6 +53,7 @@ def dev_server_pid(database: Path) -> int | None:
 
 
 async def soak(minutes: float, clients: int, every: float, workdir: Path) -> dict[str, object]:
+    from bench.durable_send import http_call
     from harness_core import Harness, HarnessGroup, settings_from_mapping
 
     settings = settings_from_mapping(
@@ -77,23 +77,12 @@ async def soak(minutes: float, clients: int, every: float, workdir: Path) -> dic
             async def worker() -> None:
                 nonlocal calls, errors
                 async with httpx.AsyncClient(timeout=30) as http:
+                    call = http_call(http, url)
                     while time.monotonic() < deadline:
-                        body = {
-                            "jsonrpc": "2.0",
-                            "id": 1,
-                            "method": "SendMessage",
-                            "params": {
-                                "message": {
-                                    "messageId": uuid.uuid4().hex,
-                                    "role": "ROLE_USER",
-                                    "parts": [{"text": "hi"}],
-                                }
-                            },
-                        }
                         try:
-                            answer = await http.post(url, json=body, headers={"A2A-Version": "1.0"})
-                            ok = answer.status_code == 200 and "result" in answer.json()
-                        except httpx.HTTPError:
+                            await call()
+                            ok = True
+                        except (httpx.HTTPError, RuntimeError):
                             ok = False
                         calls += ok
                         errors += not ok
