@@ -74,19 +74,18 @@ from bench.durable_send import (
     percentile,
     ratio,
 )
+from bench.durable_send import (
+    Recorder as BaseRecorder,
+)
 
 SCENARIOS = ("product", "peer-embedded", "peer-stock", "peer-unsandboxed")
 DEFAULT_SCENARIOS = ("peer-stock", "product", "peer-embedded")
 # Run twice, in mirrored order: whichever scenario runs later in a run tends to measure slower.
 MIRRORED = ("product", "peer-embedded")
 LOOPBACK = "127.0.0.1"
-CALL_TIMEOUT = 30.0  # seconds, every single turn
 STARTUP_CAP = 60.0  # seconds to bring a scenario's servers up
 SHUTDOWN_CAP = 60.0  # slack for a child to stop its servers after the measurement
-KILL_GRACE = 20.0  # seconds between SIGTERM and SIGKILL when a child has to be stopped
 FAKE_MODEL_START_CAP = 30.0
-MAX_ERROR_SAMPLES = 3
-MAX_CONSECUTIVE_ERRORS = 25  # a phase whose server is gone stops instead of retrying noise
 
 MODEL_NAME = "bench-model"
 TOOL_NAME = "lookup_order"
@@ -438,35 +437,19 @@ def mean_result(runs: Sequence[Result]) -> Result:
     )
 
 
-class Recorder:
-    """Counts successes and errors, keeps a few error texts, and gives up on a dead server."""
+class Recorder(BaseRecorder):
+    """durable_send's recorder (errors, samples, giving up on a dead server) that also counts the
+    turns that went through."""
 
     def __init__(self, result: Result, phase: str) -> None:
-        self.result = result
-        self.phase = phase
-        self.in_a_row = 0
-
-    @property
-    def aborted(self) -> bool:
-        return self.in_a_row >= MAX_CONSECUTIVE_ERRORS
+        super().__init__(result, phase)  # pyright: ignore[reportArgumentType]
+        self.turns = result
 
     async def attempt(self, call: Call) -> bool:
-        try:
-            with anyio.fail_after(CALL_TIMEOUT):
-                await call()
-        except Exception as error:
-            self.result.errors += 1
-            if len(self.result.error_samples) < MAX_ERROR_SAMPLES:
-                self.result.error_samples.append(f"{type(error).__name__}: {error}"[:300])
-            self.in_a_row += 1
-            if self.in_a_row == MAX_CONSECUTIVE_ERRORS:
-                self.result.notes.append(
-                    f"{self.phase} phase aborted after {MAX_CONSECUTIVE_ERRORS} errors in a row"
-                )
-            return False
-        self.in_a_row = 0
-        self.result.turns_ok += 1
-        return True
+        ok = await super().attempt(call)
+        if ok:
+            self.turns.turns_ok += 1
+        return ok
 
 
 class CpuWindow:
