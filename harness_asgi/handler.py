@@ -70,7 +70,7 @@ from harness_core.agents.modes import refused_media_types
 from harness_core.harness import Harness
 from harness_core.live import LIVE, LiveEvent
 from harness_core.payloads import TERMINAL_STATES, EventPage, ProtoJSON, TaskEvent, TaskView
-from harness_core.push import webhook_problem
+from harness_core.push.guard import webhook_problem
 from harness_core.tasks.service import TaskService
 from harness_core.tasks.views import AFTER_TURN_DELAY, FOLLOW_FIRST_DELAY, FOLLOW_MAX_DELAY
 

@@ -40,7 +40,7 @@ from harness_core.payloads import (
     TurnOutcome,
     TurnRequest,
 )
-from harness_core.push import PushActivities
+from harness_core.push.delivery import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.tasks.attempts import TASK_CANCELED

@@ -32,7 +32,7 @@ from harness_core.logs import agent_context, install_record_redaction, quiet_cli
 from harness_core.model import Model, as_agent
 from harness_core.payloads import TaskStart
 from harness_core.pool import pool
-from harness_core.push import PushActivities
+from harness_core.push.delivery import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.tasks.pace import TurnPace
