@@ -68,7 +68,7 @@ from harness_asgi.identity import identity_of
 from harness_core import errors
 from harness_core.agents.modes import refused_media_types
 from harness_core.harness import Harness
-from harness_core.live import LIVE, LiveEvent
+from harness_core.live import LiveEvent
 from harness_core.payloads import TERMINAL_STATES, EventPage, ProtoJSON, TaskEvent, TaskView
 from harness_core.push.guard import webhook_problem
 from harness_core.tasks.service import TaskService
@@ -360,7 +360,7 @@ class HarnessRequestHandler(RequestHandler):
         that resubscribes with it gets the durable copy, with no gap.
         """
         tasks = self._harness.tasks
-        async with LIVE.subscribe(tasks.agent_id, task_id) as live:
+        async with self._harness.live.subscribe(tasks.agent_id, task_id) as live:
             if not self._harness.routes.live:
                 live.overflowed = True  # the durable log alone
             shown = _Shown()

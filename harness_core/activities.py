@@ -28,7 +28,7 @@ from harness_core.agents.parts import message_from_json
 from harness_core.agents.turn import Agent, TurnMessage
 from harness_core.converter import payload_converter
 from harness_core.delegation.activities import DelegationActivities
-from harness_core.live import LIVE
+from harness_core.live import LiveHub
 from harness_core.payloads import (
     Archive,
     IndexEntry,
@@ -41,6 +41,7 @@ from harness_core.payloads import (
     TurnRequest,
 )
 from harness_core.push.delivery import PushActivities
+from harness_core.retention import Sweep
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.tasks.attempts import TASK_CANCELED
@@ -98,20 +99,22 @@ class AgentActivities:
         push: PushActivities | None = None,
         delegates: Callable[[], list[tuple[str, str]]] = list,
         pace: TurnPace | None = None,
+        live: LiveHub | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.agent = agent
         self.store = store
-        self.payloads = payloads
         self.llm = llm
-        # Ended tasks older than this are swept by the heartbeat (0: never), then the payloads
-        # of the claim check that no task refers to any more.
-        self.ended_ttl = ended_ttl
+        # Run by the heartbeat: ended tasks older than ended_ttl (0: never), then the payloads of
+        # the claim check that no task refers to any more.
+        self.sweep = Sweep(agent_id, store, payloads, ended_ttl)
         self.delegation = delegation
         self.push = push
         # The agents a turn may delegate to, with what they say of themselves.
         self.delegates = delegates
         self.pace = pace
+        # The agent's live fan-out to its open streams in this process (the Harness owns it).
+        self.live = live if live is not None else LiveHub()
 
     def _paced(self, began: float) -> None:
         """A local turn (or model request) that ran long: the agent's new tasks avoid holding
@@ -182,7 +185,7 @@ class AgentActivities:
             number=request.number,
             history=history,
             new_ids=request.new_ids,
-            publish=partial(LIVE.publish, self.agent_id, request.task_id),
+            publish=partial(self.live.publish, self.agent_id, request.task_id),
             agents=dict(self.delegates()),
         )
 
@@ -199,7 +202,7 @@ class AgentActivities:
             return _redacted(outcome_of(result, ctx))
         finally:
             self._paced(began)
-            LIVE.end(self.agent_id, request.task_id)
+            self.live.end(self.agent_id, request.task_id)
 
     @activity.defn(name=MODEL_STEP)
     async def model_step(self, turn: Any, number: int, final: bool, *exchange: Any) -> ModelStep:
@@ -223,7 +226,7 @@ class AgentActivities:
             )
         finally:
             self._paced(began)
-            LIVE.end(self.agent_id, step.turn.task_id)
+            self.live.end(self.agent_id, step.turn.task_id)
 
     @activity.defn(name=TOOL_CALL)
     async def tool_call(self, call: ToolCallInput) -> ToolCallOutput:
@@ -244,46 +247,20 @@ class AgentActivities:
         self._check_agent(entry.archive.agent_id, "an index entry")
         with _store_errors():
             self.store.checkpoint(entry)
-        LIVE.stored(self.agent_id, entry.archive.task_id)
+        self.live.stored(self.agent_id, entry.archive.task_id)
 
     @activity.defn(name=STORE_RECORD)
     def store_record(self, archive: Archive, record: TaskRecord) -> None:
         self._check_agent(record.agent_id, "the record")
         with _store_errors():
             self.store.store_final(archive, record)
-        LIVE.stored(self.agent_id, record.task_id)
+        self.live.stored(self.agent_id, record.task_id)
 
     @activity.defn(name=HEARTBEAT)
     def heartbeat(self, agent_id: str) -> None:
         self._check_agent(agent_id, "the heartbeat")
         self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
-        if self.ended_ttl:
-            self.sweep()
-
-    def sweep(self) -> tuple[int, int]:
-        """Remove what ended longer than ``[retention] ended_ttl`` ago: tasks, then the claim
-        check's payloads that no task refers to any more. Returns how many of each."""
-        before = int((time.time() - self.ended_ttl) * 1_000_000)
-        tasks = 0
-        payloads = 0
-        while True:
-            swept = self.store.sweep(before)
-            tasks += len(swept)
-            if self.payloads is not None:
-                self.payloads.release(swept)
-            if len(swept) < 1000:
-                break
-        if self.payloads is not None:
-            # Stored within ended_ttl: perhaps for a task that is only starting.
-            payloads = self.payloads.collect(self.ended_ttl)
-        if tasks or payloads:
-            log.info(
-                "agent %s: removed %d ended task(s) and %d payload(s) past [retention] ended_ttl",
-                self.agent_id,
-                tasks,
-                payloads,
-            )
-        return tasks, payloads
+        self.sweep()
 
     async def _guarded(self, task_id: str, work: Callable[[], Awaitable[T]]) -> T:
         """Run an agent's work, heartbeating when it is a regular activity, and watching the index

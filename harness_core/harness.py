@@ -28,6 +28,7 @@ from harness_core.agents.turn import Agent, AgentFunction
 from harness_core.config import RemoteAgentConfig, Settings
 from harness_core.delegation.activities import DelegationActivities, card_problem
 from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
+from harness_core.live import LiveHub
 from harness_core.logs import agent_context, install_record_redaction, quiet_client_errors
 from harness_core.model import Model, as_agent
 from harness_core.payloads import TaskStart
@@ -131,6 +132,8 @@ class Harness:
                 "runtime's payloads and its claim check over [temporal] payloads need it)"
             )
         self._client = client
+        #: The live fan-out of this agent's turns to its open streams in this process.
+        self.live = LiveHub()
         self._prefix = normalize_prefix(prefix)
         # A disagreeing prefix fails here, before any lifespan runs.
         public_url(settings.base_url, self._prefix)
@@ -259,6 +262,7 @@ class Harness:
                                 push_base=self._push_base,
                                 remote=self.remote,
                                 stream_for=settings.delegation.stream_for,
+                                live=self.live,
                             ),
                             push=PushActivities(
                                 self.agent_id,
@@ -268,6 +272,7 @@ class Harness:
                             ),
                             delegates=self._delegates,
                             pace=pace,
+                            live=self.live,
                         )
                         async with anyio.create_task_group() as tg:
                             queue = settings.effective_task_queue

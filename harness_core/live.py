@@ -3,7 +3,7 @@
 A turn's progress, artifacts and text deltas are published here as they happen (from the Temporal
 loop, which is another thread under Trio) and delivered to every open stream of that task in this
 process; the durable copy follows in the task's event log when the turn ends. Streams served by another
-process see only the durable log. A subscriber that falls too far behind stops receiving live events
+process see only the durable log. Each agent (``Harness``) owns its hub. A subscriber that falls too far behind stops receiving live events
 (``overflowed``) and relies on the durable log alone, so a slow client never holds memory or the turn.
 """
 
@@ -20,13 +20,9 @@ import attrs
 
 from harness_core.bridge import loop_caller
 from harness_core.payloads import ProtoJSON
+from harness_core.retention import MAX_KEPT, MAX_PENDING
 
-__all__ = ["LIVE", "LiveEvent", "LiveHub", "Subscription"]
-
-#: Live events one subscriber may have waiting before it gives up on the live path.
-MAX_PENDING = 4096
-#: Live events of a running attempt kept for streams that join mid-turn.
-MAX_KEPT = 1024
+__all__ = ["LiveEvent", "LiveHub", "Subscription"]
 
 
 @attrs.frozen
@@ -152,7 +148,3 @@ class LiveHub:
             subscriptions = list(self._subscriptions.get((agent_id, task_id), ()))
         for subscription in subscriptions:
             subscription._nudge()  # pyright: ignore[reportPrivateUsage]
-
-
-LIVE = LiveHub()
-"""The process's hub; every agent publishes here, keyed by its id."""

@@ -56,6 +56,7 @@ PASSTHROUGH = (
     "harness_core.payloads",
     "harness_core.converter",
     "harness_core.tasks.state",
+    "harness_core.retention",
     "harness_core.temporal.names",
     "attrs",
     "cattrs",

@@ -44,7 +44,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from harness_core.config import RemoteAgentConfig
-from harness_core.live import LIVE
+from harness_core.live import LiveHub
 from harness_core.payloads import SETTLED_STATES as _SETTLED
 from harness_core.payloads import (
     DelegationProgress,
@@ -88,6 +88,7 @@ class DelegationActivities:
         push_base: Callable[[], str | None] = lambda: None,
         remote: Callable[[str], RemoteAgentConfig | None] = lambda _: None,
         stream_for: float = 0.0,
+        live: LiveHub | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.peers = peers
@@ -98,6 +99,8 @@ class DelegationActivities:
         self.remote = remote
         # ``[delegation] stream_for``: how long a send follows the answer on its own stream.
         self.stream_for = stream_for
+        # The delegating agent's live fan-out: other agents' progress shown to its streams.
+        self.live = live if live is not None else LiveHub()
         self._cards: dict[str, AgentCard] = {}
 
     def _url(self, target: str) -> str:
@@ -272,7 +275,7 @@ class DelegationActivities:
         )
         shown = relayed_status(progress, request.parent_task_id, request.parent_context_id)
         shown["timestamp"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
-        LIVE.publish(
+        self.live.publish(
             self.agent_id,
             request.parent_task_id,
             "status",

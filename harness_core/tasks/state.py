@@ -37,6 +37,7 @@ from harness_core.payloads import (
     may_access,
     relayed_status,
 )
+from harness_core.retention import expiry_text, idle_limit
 
 __all__ = [
     "CLOSED_TASK",
@@ -188,9 +189,7 @@ class TaskState:
 
     def idle_seconds(self) -> float | None:
         """How long the task may wait for input before it expires (None: as long as it takes)."""
-        if not self.start.idle_seconds or self.state not in INTERRUPTED_STATES:
-            return None
-        return self.start.idle_seconds
+        return idle_limit(self.start.idle_seconds, self.state in INTERRUPTED_STATES)
 
     # -- events -------------------------------------------------------------------------------------
 
@@ -228,13 +227,7 @@ class TaskState:
 
     def expire(self) -> None:
         """It waited for input past ``[retention] idle_timeout``."""
-        seconds = self.start.idle_seconds
-        waited = f"{seconds / 86400:g}d" if seconds >= 86400 else f"{seconds:g}s"
-        self.end(
-            self.start.expired_state,
-            f"this task expired: it waited for input for {waited} "
-            "([retention] idle_timeout); start a new task",
-        )
+        self.end(self.start.expired_state, expiry_text(self.start.idle_seconds))
 
     # -- messages -----------------------------------------------------------------------------------
 
