@@ -17,13 +17,17 @@ __all__ = ["PushConfigStore"]
 class PushConfigStore(StoreConnection):
     """Webhooks and push tokens: a part of :class:`~harness_core.store.TaskStore`."""
 
-    def put_push_config(self, task_id: str, config_id: str, owner: str, body: ProtoJSON) -> None:
-        """Keep (or replace) a client's webhook for a task."""
+    def put_push_config(self, task_id: str, config_id: str, owner: str, body: ProtoJSON) -> bool:
+        """Keep (or replace) a client's webhook for a task. False, changing nothing, when another
+        participant holds that config id on the task: an id belongs to its owner."""
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO push_configs VALUES (?, ?, ?, ?)",
+            cursor = self._db.execute(
+                "INSERT INTO push_configs VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (task_id, config_id) DO UPDATE SET body = excluded.body "
+                "WHERE push_configs.owner = excluded.owner",
                 (task_id, config_id, owner, dumps(body)),
             )
+            return cursor.rowcount == 1
 
     def push_configs(self, task_id: str) -> list[tuple[str, str, ProtoJSON]]:
         """The task's webhooks: (config id, owner, body), oldest first."""
@@ -48,11 +52,12 @@ class PushConfigStore(StoreConnection):
             ).fetchone()
         return None if row is None else str(row[0])
 
-    def delete_push_config(self, task_id: str, config_id: str) -> bool:
+    def delete_push_config(self, task_id: str, config_id: str, owner: str) -> bool:
+        """Remove ``owner``'s webhook ``config_id`` of the task; False when it has none."""
         with self._lock:
             return bool(
                 self._db.execute(
-                    "DELETE FROM push_configs WHERE task_id = ? AND config_id = ?",
-                    (task_id, config_id),
+                    "DELETE FROM push_configs WHERE task_id = ? AND config_id = ? AND owner = ?",
+                    (task_id, config_id, owner),
                 ).rowcount
             )

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
 import json
 import logging
 import sqlite3
@@ -27,8 +26,6 @@ from typing import Any, cast
 
 import anyio
 import attrs
-from a2a.types import TaskStatus
-from google.protobuf.json_format import MessageToDict, ParseDict, ParseError
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -39,7 +36,6 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from harness_core.delegation.workflow import DelegationWorkflow
 from harness_core.errors import (
     InvalidRequestValueError,
     TaskBusyError,
@@ -58,14 +54,14 @@ from harness_core.payloads import (
     TaskStart,
     TaskView,
     may_access,
-    relayable,
 )
+from harness_core.push.configs import TaskPushes
 from harness_core.secrets import SECRETS
 from harness_core.store import content_digest
 from harness_core.tasks.state import task_closed_message
-from harness_core.tasks.views import TaskReads, not_found
+from harness_core.tasks.views import not_found
 from harness_core.tasks.workflow import TaskWorkflow
-from harness_core.temporal.names import DELEGATION_WORKFLOW, TASK_WORKFLOW
+from harness_core.temporal.names import TASK_WORKFLOW
 
 __all__ = ["MAX_MESSAGE_BYTES", "Delivery", "TaskService", "derive_task_id"]
 
@@ -99,8 +95,9 @@ class Delivery:
     reply: ProtoJSON | None = None
 
 
-class TaskService(TaskReads):
-    """The write path of one agent's tasks: send, push configs, cancel (reads: ``TaskReads``)."""
+class TaskService(TaskPushes):
+    """The write path of one agent's tasks: send and cancel (push configs: ``TaskPushes``; reads:
+    ``TaskReads``)."""
 
     async def send(
         self,
@@ -140,11 +137,18 @@ class TaskService(TaskReads):
         task_id = str(message.get("taskId") or "")
         if not task_id:
             task_id = derive_task_id(self.agent_id, participant, message_id, inbound.digest)
-        if push_config is not None:
-            # Kept before the message reaches the task, so its first update is pushed.
-            await self._put_push_config(task_id, participant, push_config)
         if message.get("taskId"):
+            # Refused from the index at once, before anything is kept: never waiting for a turn
+            # that holds the task's workflow, and never leaving a webhook on another's task.
+            if not await self._admitted(task_id, participant):
+                raise TaskNotFoundError(f"task {task_id} not found")
+            if push_config is not None:
+                # Kept before the message reaches the task, so its first update is pushed.
+                await self._put_push_config(task_id, participant, push_config)
             return await self._deliver_existing(task_id, inbound)
+        if push_config is not None:
+            # A new task's id derives from the caller: the task can only be theirs.
+            await self._put_push_config(task_id, participant, push_config)
         # The record outlives the workflow's retention: a late retry must find it, not restart it.
         if await self._record(task_id) is not None:
             return await self._closed_delivery(task_id, inbound)
@@ -294,90 +298,6 @@ class TaskService(TaskReads):
             view=view,
             reply=receipt.reply,
         )
-
-    # -- push notification configs ------------------------------------------------------------------
-
-    async def _put_push_config(
-        self, task_id: str, participant: str | None, config: ProtoJSON
-    ) -> ProtoJSON:
-        config_id = str(config.get("id") or "") or uuid.uuid4().hex
-        body = {**config, "id": config_id, "taskId": task_id}
-        body.pop("tenant", None)
-        await anyio.to_thread.run_sync(
-            self._store.put_push_config, task_id, config_id, participant or "", body
-        )
-        return body
-
-    async def create_push_config(
-        self, task_id: str, participant: str | None, config: ProtoJSON
-    ) -> ProtoJSON:
-        """Keep a webhook for the task and tell its workflow to push. Raises
-        ``TaskNotFoundError``."""
-        view = await self.view(task_id, participant)
-        if view is None:
-            raise TaskNotFoundError(f"task {task_id} not found")
-        body = await self._put_push_config(task_id, participant, config)
-        if not view.closed:
-            with contextlib.suppress(RPCError):
-                await self._call(
-                    lambda c: c.get_workflow_handle(task_id).signal(TaskWorkflow.enable_push)
-                )
-        return body
-
-    async def push_configs(self, task_id: str, participant: str | None) -> list[ProtoJSON]:
-        """The task's webhooks the caller may see. Raises ``TaskNotFoundError``."""
-        view = await self.view(task_id, participant)
-        if view is None:
-            raise TaskNotFoundError(f"task {task_id} not found")
-        configs = await anyio.to_thread.run_sync(self._store.push_configs, task_id)
-        return [
-            body for _, owner, body in configs if may_access((owner,) if owner else (), participant)
-        ]
-
-    async def delete_push_config(
-        self, task_id: str, config_id: str, participant: str | None
-    ) -> bool:
-        """Remove a webhook of the task; False when it has none of that id."""
-        configs = await self.push_configs(task_id, participant)
-        if not any(c.get("id") == config_id for c in configs):
-            return False
-        return await anyio.to_thread.run_sync(self._store.delete_push_config, task_id, config_id)
-
-    async def accept_push(self, standin_id: str, token: str, body: ProtoJSON) -> bool:
-        """Take a push of another agent for one of this agent's delegations: True when the token
-        matches the stand-in's digest (compared in constant time) and the stand-in is a
-        delegation of this agent (on its queue); then, and only then, the stand-in is woken with
-        the pushed state. Anything else wakes nothing. Repeated pushes change nothing more."""
-        digest = await anyio.to_thread.run_sync(self._store.push_token, standin_id)
-        offered = hashlib.sha256(token.encode()).hexdigest()
-        if digest is None or not hmac.compare_digest(digest, offered):
-            return False
-
-        try:
-            if not await self._runs_here(standin_id, DELEGATION_WORKFLOW):
-                return False
-        except RPCError:
-            return False
-        update: object = body.get("statusUpdate") or body.get("task") or {}
-        try:
-            # Another agent's JSON, in the shape A2A gives a status (and our rendering of it).
-            raw = cast("ProtoJSON", update).get("status") if isinstance(update, dict) else None
-            status: ProtoJSON = MessageToDict(
-                ParseDict(raw or {}, TaskStatus(), ignore_unknown_fields=True)
-            )
-        except (ParseError, TypeError, ValueError):
-            return True  # nothing a stand-in can use; the token was right, so no 401
-        status = relayable(status)
-        state = str(status.get("state", ""))
-        if not state:
-            return True  # an artifact, say: the stand-in reads the task once it settles
-        with contextlib.suppress(RPCError):
-            await self._call(
-                lambda c: c.get_workflow_handle(standin_id).signal(
-                    DelegationWorkflow.pushed, args=[state, status]
-                )
-            )
-        return True
 
     async def _note(self, task_id: str, receipt: Receipt) -> None:
         """Tell the listing index what the receipt says, so that the sender's next read (or
