@@ -87,7 +87,7 @@ async def scenario(push: bool, options: argparse.Namespace) -> dict[str, list[fl
                     {
                         "agent": {"id": name},
                         "server": {"bind": "127.0.0.1:0"},
-                        "push": {"allow_hosts": ["127.0.0.1"]},
+                        "push": {"agent_hosts": ["127.0.0.1"]},
                     },
                     base_dir=base,
                 ),

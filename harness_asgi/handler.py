@@ -515,6 +515,7 @@ class HarnessRequestHandler(RequestHandler):
                 webhook_problem,
                 config.url,
                 self._harness.settings.push.allow_hosts,
+                agents=self._harness.settings.push.agent_hosts,
                 resolve=False,
             )
         )

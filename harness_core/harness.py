@@ -268,6 +268,7 @@ class Harness:
                                 self.agent_id,
                                 store,
                                 allow=settings.push.allow_hosts,
+                                agents=settings.push.agent_hosts,
                                 timeout=settings.push.timeout,
                             ),
                             delegates=self._delegates,

@@ -155,14 +155,15 @@ def validate(settings: Settings, label: str) -> None:
                     'must be "Header-Name=ENV_VAR" (the value comes from the variable)',
                 )
 
-    for index, host in enumerate(settings.push.allow_hosts):
-        if not re.fullmatch(r"[A-Za-z0-9.:/\-\[\]]{1,253}", host):
-            raise bad_value(
-                label,
-                f"push.allow_hosts[{index}]",
-                host,
-                'must be a host name, an IP address or a network ("10.0.0.0/8")',
-            )
+    for key in ("allow_hosts", "agent_hosts"):
+        for index, host in enumerate(getattr(settings.push, key)):
+            if not re.fullmatch(r"[A-Za-z0-9.:/\-\[\]]{1,253}", host):
+                raise bad_value(
+                    label,
+                    f"push.{key}[{index}]",
+                    host,
+                    'must be a host name, an IP address or a network ("10.0.0.0/8")',
+                )
     if settings.push.timeout <= 0:
         raise bad_duration(label, "push.timeout", settings.push.timeout, "be more than 0")
     stream_for = settings.delegation.stream_for

@@ -124,6 +124,9 @@ class PushConfig:
     # Webhook hosts allowed although they are loopback or private (SSRF guard): host names, IP
     # addresses or networks ("127.0.0.1", "localhost", "10.0.0.0/8").
     allow_hosts: tuple[str, ...] = ()
+    # The same, allowed only for other agents' push receivers (".../a2a/push/<id>"), so agents on
+    # a private network push to each other without opening it to clients' webhooks.
+    agent_hosts: tuple[str, ...] = ()
     timeout: float = 10.0  # seconds one webhook call may take
 
 

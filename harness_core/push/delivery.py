@@ -1,18 +1,17 @@
 """Push notifications to A2A clients: each update of a task goes to the webhooks its clients
 registered (A2A 1.0 §3.1.7, §4.3.3), by an activity of the task's workflow that retries with backoff.
 
-A webhook is an ``http``/``https`` URL whose host resolves only to public addresses: loopback, private,
-link-local, multicast and reserved addresses are refused (the SSRF guard), unless ``[push]
-allow_hosts`` names the host, the address or a network containing it. The check runs when a config
-is created and again before every delivery (a name may resolve elsewhere later). Each call carries
-``X-A2A-Notification-Token`` (the config's token) and ``Authorization`` (its authentication), a JSON
-``StreamResponse`` body, and has ``[push] timeout`` to answer 2xx.
+Every delivery passes the SSRF guard again (``harness_core.push.guard``: a name may resolve
+elsewhere later) and connects to the addresses the guard checked, never resolving the name a second
+time. Each call carries ``X-A2A-Notification-Token`` (the config's token) and ``Authorization`` (its
+authentication), a JSON ``StreamResponse`` body, and has ``[push] timeout`` to answer 2xx.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, cast
 
 import anyio
@@ -21,7 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from harness_core.payloads import ProtoJSON, PushBatch
-from harness_core.push.guard import webhook_problem
+from harness_core.push.guard import Webhook, pinned_request, resolve_webhook
 from harness_core.store import TaskStore
 from harness_core.urls import http_client
 
@@ -39,11 +38,13 @@ class PushActivities:
         store: TaskStore,
         *,
         allow: Sequence[str],
+        agents: Sequence[str] = (),
         timeout: float,
     ) -> None:
         self.agent_id = agent_id
         self.store = store
         self.allow = tuple(allow)
+        self.agents = tuple(agents)
         self.timeout = timeout
 
     @activity.defn(name="push_deliver")
@@ -74,11 +75,14 @@ class PushActivities:
         failures: list[str] = []
         async with http_client(timeout=self.timeout, follow_redirects=False) as http:
             for config_id, _owner, config in configs:
-                url = str(config.get("url", ""))
-                problem = await anyio.to_thread.run_sync(webhook_problem, url, self.allow)
-                if problem is not None:
+                checked = await anyio.to_thread.run_sync(
+                    partial(
+                        resolve_webhook, str(config.get("url", "")), self.allow, agents=self.agents
+                    )
+                )
+                if isinstance(checked, str):
                     log.warning(
-                        "task %s: push config %s skipped: %s", batch.task_id, config_id, problem
+                        "task %s: push config %s skipped: %s", batch.task_id, config_id, checked
                     )
                     continue
                 headers = {"Content-Type": "application/json"}
@@ -93,7 +97,7 @@ class PushActivities:
                     # A worker that dies mid-delivery is noticed by its missing heartbeats.
                     activity.heartbeat()
                     try:
-                        answer = await http.post(url, json=body, headers=headers)
+                        answer = await _post(http, checked, body, headers)
                     except httpx.HTTPError as error:
                         failures.append(f"{config_id}: {type(error).__name__}")
                         break
@@ -119,3 +123,19 @@ class PushActivities:
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.push_deliver]
+
+
+async def _post(
+    http: httpx.AsyncClient, webhook: Webhook, body: ProtoJSON, headers: dict[str, str]
+) -> httpx.Response:
+    """POST to the addresses the guard checked, in order, never resolving the name again."""
+    error: httpx.HTTPError | None = None
+    for address in webhook.addresses:
+        url, host, extensions = pinned_request(webhook, address)
+        try:
+            return await http.post(
+                url, json=body, headers={**headers, **host}, extensions=extensions
+            )
+        except httpx.ConnectError as failed:
+            error = failed
+    raise error if error is not None else httpx.ConnectError(f"{webhook.host} has no address")

@@ -107,7 +107,7 @@ def team_harnesses(tmp_path: Path, address: str, team: Team, updates: str) -> li
                 tmp_path / name,
                 address,
                 team.ids[name],
-                push={"allow_hosts": ["127.0.0.1"]},
+                push={"agent_hosts": ["127.0.0.1"]},
                 delegation={"stream_for": "2s" if updates == "stream" else 0},
             ),
             agent=getattr(team, name),
@@ -201,7 +201,7 @@ async def test_the_delegating_task_streams_the_progress_of_the_agents_it_asked(
                 tmp_path / name,
                 temporal_address,
                 ids[name],
-                push={"allow_hosts": ["127.0.0.1"]},
+                push={"agent_hosts": ["127.0.0.1"]},
                 delegation={"stream_for": "2s" if updates == "stream" else 0},
             ),
             agent=agent,
@@ -272,7 +272,7 @@ async def test_a_answers_the_question_of_the_agent_it_asked(tmp_path, temporal_a
                 tmp_path / name,
                 temporal_address,
                 agent_id,
-                push={"allow_hosts": ["127.0.0.1"]},
+                push={"agent_hosts": ["127.0.0.1"]},
                 delegation={"stream_for": "0.5s" if updates == "stream" else 0},
             ),
             agent=agent,
@@ -421,7 +421,7 @@ async def test_an_agent_named_in_agents_is_reached_at_its_url_with_the_configure
         return Complete(" | ".join(sorted(m.text for m in ctx.new_messages)))
 
     far = Harness(
-        agent_settings(tmp_path / "far", temporal_address, push={"allow_hosts": ["127.0.0.1"]}),
+        agent_settings(tmp_path / "far", temporal_address, push={"agent_hosts": ["127.0.0.1"]}),
         agent=partner,
     )
     async with serving(far) as far_url:
@@ -429,7 +429,7 @@ async def test_an_agent_named_in_agents_is_reached_at_its_url_with_the_configure
             agent_settings(
                 tmp_path / "near",
                 temporal_address,
-                push={"allow_hosts": ["127.0.0.1"]},
+                push={"agent_hosts": ["127.0.0.1"]},
                 agents=[
                     {
                         "id": "partner",

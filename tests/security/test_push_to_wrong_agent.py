@@ -61,7 +61,7 @@ async def test_a_push_to_another_agents_delegation_is_refused_and_wakes_nothing(
     harnesses = {
         name: Harness(
             agent_settings(
-                tmp_path / name, temporal_address, ids[name], push={"allow_hosts": ["127.0.0.1"]}
+                tmp_path / name, temporal_address, ids[name], push={"agent_hosts": ["127.0.0.1"]}
             ),
             agent=agents[name],
             prefix=f"/agents/{ids[name]}",
