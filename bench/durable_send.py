@@ -5,7 +5,12 @@ What is measured
 Every scenario answers one unit of work ("echo the user's text") and is timed from the caller's
 side on loopback: 20 warm-up calls, then ``--requests`` sequential calls (p50 and p95 latency),
 then ``--total`` calls issued by ``--concurrency`` workers back to back (requests per second),
-each phase bounded by a count and a time cap. The scenarios:
+each phase bounded by a count and a time cap. Around each timed phase it reads the CPU (user +
+system) of the scenario's process tree: this process (all threads: the system under test, the
+Temporal SDK core and the load generator) from ``getrusage``, plus its live descendants (a dev
+server) from ``/proc/<pid>/stat``; divided by the phase's successful calls, that is the CPU per
+request, shown for the throughput phase (with the dev server's share) and the sequential one.
+The scenarios:
 
 * ``product-asyncio``: the product as shipped (``HarnessGroup.serve``: embedded Temporal dev
   server, worker, Hypercorn), echo model, ``POST /`` JSON-RPC ``SendMessage`` over HTTP.
@@ -45,6 +50,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -97,6 +103,9 @@ class Result:
     p50_ms: float | None = None
     p95_ms: float | None = None
     rps: float | None = None
+    cpu_ms_per_request: float | None = None  # throughput phase: this process + its dev server
+    server_cpu_ms_per_request: float | None = None  # throughput phase: the dev server alone
+    sequential_cpu_ms_per_request: float | None = None  # sequential phase, both
     errors: int = 0
     sequential_ok: int = 0
     concurrent_ok: int = 0
@@ -110,13 +119,14 @@ class Result:
         return self.sequential_ok == 0 and self.concurrent_ok == 0
 
 
+def mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the known values; None if none is known."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
 def mean_result(runs: Sequence[Result]) -> Result:
     """Several runs of one scenario as one: the mean of each figure, the sum of the counts."""
-
-    def mean(values: list[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return sum(known) / len(known) if known else None
-
     first = runs[0]
     p50s = ", ".join(_fmt(r.p50_ms) for r in runs)
     return Result(
@@ -124,6 +134,9 @@ def mean_result(runs: Sequence[Result]) -> Result:
         p50_ms=mean([r.p50_ms for r in runs]),
         p95_ms=mean([r.p95_ms for r in runs]),
         rps=mean([r.rps for r in runs]),
+        cpu_ms_per_request=mean([r.cpu_ms_per_request for r in runs]),
+        server_cpu_ms_per_request=mean([r.server_cpu_ms_per_request for r in runs]),
+        sequential_cpu_ms_per_request=mean([r.sequential_cpu_ms_per_request for r in runs]),
         errors=sum(r.errors for r in runs),
         sequential_ok=sum(r.sequential_ok for r in runs),
         concurrent_ok=sum(r.concurrent_ok for r in runs),
@@ -171,34 +184,127 @@ class Recorder:
         return True
 
 
-async def sequential(call: Call, options: Options, result: Result) -> None:
-    """Warm-up calls, then ``requests`` sequential timed calls; all within ``sequential_cap``."""
+# -- CPU of the process tree ----------------------------------------------------------------------
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name; None if the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: split after the last ")".
+    return text.rpartition(")")[2].split()
+
+
+def tree_cpu(exclude: frozenset[int] = frozenset()) -> tuple[float, float]:
+    """CPU seconds (user + system) of this process (all threads) and of its live descendants.
+
+    The descendants are found by parent pid in ``/proc`` (a dev server is a child of the
+    scenario's process, in a session of its own); pids in ``exclude`` (and theirs) are skipped.
+    A descendant that ended is not counted (none ends during a phase here).
+    """
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    own = usage.ru_utime + usage.ru_stime
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is None or len(fields) < 13:
+            continue
+        pid = int(entry.name)
+        # After the name: state(0) ppid(1) ... utime(11) stime(12), in clock ticks.
+        children.setdefault(int(fields[1]), []).append(pid)
+        cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
+    total = 0.0
+    pending = list(children.get(os.getpid(), []))
+    while pending:
+        pid = pending.pop()
+        if pid in exclude:
+            continue
+        total += cpu.get(pid, 0.0)
+        pending.extend(children.get(pid, []))
+    return own, total
+
+
+class CpuWindow:
+    """CPU of the process tree between ``start`` and ``stop``, per successful call."""
+
+    def __init__(self, exclude: frozenset[int] = frozenset()) -> None:
+        self.exclude = exclude
+        self.began: tuple[float, float] | None = None
+        self.own = 0.0
+        self.servers = 0.0
+
+    def start(self) -> None:
+        self.began = tree_cpu(self.exclude)
+
+    def stop(self) -> None:
+        if self.began is None:
+            return  # never started (a cap hit before the timed calls): nothing to count
+        own, servers = tree_cpu(self.exclude)
+        self.own, self.servers = own - self.began[0], servers - self.began[1]
+
+    def per_call_ms(self, calls: int) -> tuple[float, float] | None:
+        """(all, servers) in ms per call; None without calls or without a window."""
+        if calls <= 0 or self.began is None:
+            return None
+        return (self.own + self.servers) * 1000.0 / calls, self.servers * 1000.0 / calls
+
+
+# -- phases ---------------------------------------------------------------------------------------
+
+
+async def sequential(
+    call: Call, options: Options, result: Result, exclude: frozenset[int] = frozenset()
+) -> None:
+    """Warm-up calls, then ``requests`` sequential timed calls; all within ``sequential_cap``.
+
+    The CPU of the process tree (pids in ``exclude`` left out) is read around the timed calls.
+    """
     recorder = Recorder(result, "sequential")
+    cpu = CpuWindow(exclude)
     latencies: list[float] = []
     with anyio.move_on_after(options.sequential_cap) as scope:
         for _ in range(options.warmup):
             if recorder.aborted:
                 break
             await recorder.attempt(call)
+        cpu.start()
         for _ in range(options.requests):
             if recorder.aborted:
                 break
             began = time.perf_counter()
             if await recorder.attempt(call):
                 latencies.append((time.perf_counter() - began) * 1000.0)
+    cpu.stop()
     if scope.cancelled_caught:
         result.notes.append(f"sequential phase hit its {options.sequential_cap:g} s cap")
     result.sequential_ok = len(latencies)
     if latencies:
         result.p50_ms = percentile(latencies, 0.50)
         result.p95_ms = percentile(latencies, 0.95)
+    per_call = cpu.per_call_ms(len(latencies))
+    if per_call is not None:
+        result.sequential_cpu_ms_per_request = per_call[0]
 
 
-async def concurrent(call: Call, options: Options, result: Result) -> None:
-    """``concurrency`` workers share ``total`` calls, back to back, within ``time_cap``."""
+async def concurrent(
+    call: Call, options: Options, result: Result, exclude: frozenset[int] = frozenset()
+) -> None:
+    """``concurrency`` workers share ``total`` calls, back to back, within ``time_cap``.
+
+    The CPU of the process tree (pids in ``exclude`` left out) is read around the phase.
+    """
     recorder = Recorder(result, "throughput")
+    cpu = CpuWindow(exclude)
     remaining = options.total
     ok = 0
+    cpu.start()
     began = time.perf_counter()
     finished = began
 
@@ -217,11 +323,15 @@ async def concurrent(call: Call, options: Options, result: Result) -> None:
     if scope.cancelled_caught:
         finished = time.perf_counter()
         result.notes.append(f"throughput phase hit its {options.time_cap:g} s cap")
+    cpu.stop()
     elapsed = finished - began
     result.concurrent_ok = ok
     result.concurrent_seconds = elapsed
     if ok and elapsed > 0:
         result.rps = ok / elapsed
+    per_call = cpu.per_call_ms(ok)
+    if per_call is not None:
+        result.cpu_ms_per_request, result.server_cpu_ms_per_request = per_call
 
 
 # -- HTTP scenarios (product, a2a-sdk baseline) ---------------------------------------------------
@@ -669,11 +779,7 @@ def _kill_leftover_servers(workdir: Path) -> None:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat.rpartition(")")[2].split()
+    fields = _stat_fields(pid)
     return bool(fields) and fields[0] not in ("Z", "X")
 
 
@@ -732,6 +838,13 @@ def report(results: dict[str, Result]) -> list[dict[str, Any]]:
             None,
             None,
         ),
+        (
+            "product CPU/request / (b) raw-embedded CPU/request",
+            ratio(product.cpu_ms_per_request, embedded.cpu_ms_per_request),
+            "informational",
+            None,
+            None,
+        ),
     ]
     out: list[dict[str, Any]] = []
     for name, value, target, low, high in rows:
@@ -756,11 +869,18 @@ def print_table(results: dict[str, Result], ratios: list[dict[str, Any]], option
         f"(cap {options.time_cap:g} s)"
     )
     print()
-    print("| scenario | p50 ms | p95 ms | req/s | errors |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| scenario | p50 ms | p95 ms | req/s | CPU ms/request | of which dev server "
+        "| CPU ms/request sequential | errors |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in SCENARIOS:
         r = results[name]
-        print(f"| {name} | {_fmt(r.p50_ms)} | {_fmt(r.p95_ms)} | {_fmt(r.rps)} | {r.errors} |")
+        print(
+            f"| {name} | {_fmt(r.p50_ms)} | {_fmt(r.p95_ms)} | {_fmt(r.rps)} "
+            f"| {_fmt(r.cpu_ms_per_request)} | {_fmt(r.server_cpu_ms_per_request)} "
+            f"| {_fmt(r.sequential_cpu_ms_per_request)} | {r.errors} |"
+        )
     print()
     print("| ratio | value | target | verdict |")
     print("|---|---:|---|---|")

@@ -48,7 +48,6 @@ import contextlib
 import importlib
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -56,7 +55,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -71,11 +70,16 @@ from bench.durable_send import (
     _fmt,  # pyright: ignore[reportPrivateUsage]
     _http_client,  # pyright: ignore[reportPrivateUsage]
     _stop_child,  # pyright: ignore[reportPrivateUsage]
-    percentile,
+    concurrent,
+    mean,
     ratio,
+    sequential,
 )
 from bench.durable_send import (
-    Recorder as BaseRecorder,
+    Result as BaseResult,
+)
+from bench.durable_send import (
+    mean_result as base_mean_result,
 )
 
 SCENARIOS = ("product", "peer-embedded", "peer-stock", "peer-unsandboxed")
@@ -337,205 +341,35 @@ async def fake_model_requests(client: httpx.AsyncClient, port: int) -> int:
     return int(response.json()["requests"])
 
 
-# -- CPU of the process tree --------------------------------------------------------------------
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name is in parentheses and may hold spaces: split after the last ")".
-    return text.rpartition(")")[2].split()
-
-
-def tree_cpu(exclude: frozenset[int] = frozenset()) -> tuple[float, float]:
-    """CPU seconds (user + system) of this process (all threads) and of its live descendants.
-
-    The descendants are found by parent pid in ``/proc`` (the dev server is a child of the
-    scenario's process, in a session of its own); pids in ``exclude`` (and theirs) are skipped.
-    """
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    own = usage.ru_utime + usage.ru_stime
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        if fields is None or len(fields) < 13:
-            continue
-        pid = int(entry.name)
-        # After the name: state(0) ppid(1) ... utime(11) stime(12), in clock ticks.
-        children.setdefault(int(fields[1]), []).append(pid)
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / _TICKS
-    total = 0.0
-    pending = list(children.get(os.getpid(), []))
-    while pending:
-        pid = pending.pop()
-        if pid in exclude:
-            continue
-        total += cpu.get(pid, 0.0)
-        pending.extend(children.get(pid, []))
-    return own, total
-
-
 # -- measurement ----------------------------------------------------------------------------------
 
 
 @dataclass
-class Result:
-    scenario: str
-    p50_ms: float | None = None
-    p95_ms: float | None = None
-    rps: float | None = None
-    cpu_ms_per_turn: float | None = None  # throughput phase: this process + its dev server
-    server_cpu_ms_per_turn: float | None = None  # throughput phase: the dev server alone
-    sequential_cpu_ms_per_turn: float | None = None  # sequential phase, both
-    model_requests_per_turn: float | None = None
-    errors: int = 0
-    turns_ok: int = 0  # warm-up included
-    sequential_ok: int = 0
-    concurrent_ok: int = 0
-    concurrent_seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    error_samples: list[str] = field(default_factory=list)
+class Result(BaseResult):
+    """durable_send's result (a request is a turn here: its CPU and latency fields are per turn)
+    with the model requests a turn took and the count of turns that went through."""
 
-    @property
-    def failed(self) -> bool:
-        """No turn succeeded at all (or the child produced no result)."""
-        return self.sequential_ok == 0 and self.concurrent_ok == 0
+    model_requests_per_turn: float | None = None
+    turns_ok: int = 0  # warm-up included
 
 
 def mean_result(runs: Sequence[Result]) -> Result:
     """Several runs of one scenario as one: the mean of each figure, the sum of the counts."""
-
-    def mean(values: Sequence[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return sum(known) / len(known) if known else None
-
-    p50s = ", ".join(_fmt(r.p50_ms) for r in runs)
     return Result(
-        runs[0].scenario,
-        p50_ms=mean([r.p50_ms for r in runs]),
-        p95_ms=mean([r.p95_ms for r in runs]),
-        rps=mean([r.rps for r in runs]),
-        cpu_ms_per_turn=mean([r.cpu_ms_per_turn for r in runs]),
-        server_cpu_ms_per_turn=mean([r.server_cpu_ms_per_turn for r in runs]),
-        sequential_cpu_ms_per_turn=mean([r.sequential_cpu_ms_per_turn for r in runs]),
+        **asdict(base_mean_result(runs)),
         model_requests_per_turn=mean([r.model_requests_per_turn for r in runs]),
-        errors=sum(r.errors for r in runs),
         turns_ok=sum(r.turns_ok for r in runs),
-        sequential_ok=sum(r.sequential_ok for r in runs),
-        concurrent_ok=sum(r.concurrent_ok for r in runs),
-        concurrent_seconds=sum(r.concurrent_seconds for r in runs),
-        notes=[f"mean of {len(runs)} runs in mirrored order (p50s {p50s} ms)"]
-        + [n for r in runs for n in r.notes],
-        error_samples=[s for r in runs for s in r.error_samples],
     )
 
 
-class Recorder(BaseRecorder):
-    """durable_send's recorder (errors, samples, giving up on a dead server) that also counts the
-    turns that went through."""
+def counted(call: Call, result: Result) -> Call:
+    """``call``, counting each turn that went through in ``result.turns_ok``."""
 
-    def __init__(self, result: Result, phase: str) -> None:
-        super().__init__(result, phase)  # pyright: ignore[reportArgumentType]
-        self.turns = result
+    async def counting() -> None:
+        await call()
+        result.turns_ok += 1
 
-    async def attempt(self, call: Call) -> bool:
-        ok = await super().attempt(call)
-        if ok:
-            self.turns.turns_ok += 1
-        return ok
-
-
-class CpuWindow:
-    """CPU of the process tree between ``start`` and ``stop``, per successful turn."""
-
-    def __init__(self, exclude: frozenset[int]) -> None:
-        self.exclude = exclude
-        self.began = (0.0, 0.0)
-        self.own = 0.0
-        self.servers = 0.0
-
-    def start(self) -> None:
-        self.began = tree_cpu(self.exclude)
-
-    def stop(self) -> None:
-        own, servers = tree_cpu(self.exclude)
-        self.own, self.servers = own - self.began[0], servers - self.began[1]
-
-    def per_turn_ms(self, turns: int) -> tuple[float, float] | None:
-        """(all, servers) in ms per turn; None without turns."""
-        if turns <= 0:
-            return None
-        return (self.own + self.servers) * 1000.0 / turns, self.servers * 1000.0 / turns
-
-
-async def sequential(call: Call, options: Options, result: Result, cpu: CpuWindow) -> None:
-    """Warm-up turns, then ``requests`` sequential timed turns; all within ``sequential_cap``."""
-    recorder = Recorder(result, "sequential")
-    latencies: list[float] = []
-    with anyio.move_on_after(options.sequential_cap) as scope:
-        for _ in range(options.warmup):
-            if recorder.aborted:
-                break
-            await recorder.attempt(call)
-        cpu.start()
-        for _ in range(options.requests):
-            if recorder.aborted:
-                break
-            began = time.perf_counter()
-            if await recorder.attempt(call):
-                latencies.append((time.perf_counter() - began) * 1000.0)
-    cpu.stop()
-    if scope.cancelled_caught:
-        result.notes.append(f"sequential phase hit its {options.sequential_cap:g} s cap")
-    result.sequential_ok = len(latencies)
-    if latencies:
-        result.p50_ms = percentile(latencies, 0.50)
-        result.p95_ms = percentile(latencies, 0.95)
-    per_turn = cpu.per_turn_ms(len(latencies))
-    if per_turn is not None:
-        result.sequential_cpu_ms_per_turn = per_turn[0]
-
-
-async def concurrent(call: Call, options: Options, result: Result, cpu: CpuWindow) -> None:
-    """``concurrency`` clients share ``total`` turns, back to back, within ``time_cap``."""
-    recorder = Recorder(result, "throughput")
-    remaining = options.total
-    ok = 0
-    cpu.start()
-    began = time.perf_counter()
-    finished = began
-
-    async def client() -> None:
-        nonlocal remaining, ok, finished
-        while remaining > 0 and not recorder.aborted:
-            remaining -= 1
-            if await recorder.attempt(call):
-                ok += 1
-            finished = time.perf_counter()
-
-    with anyio.move_on_after(options.time_cap) as scope:
-        async with anyio.create_task_group() as tg:
-            for _ in range(options.concurrency):
-                tg.start_soon(client)
-    if scope.cancelled_caught:
-        finished = time.perf_counter()
-        result.notes.append(f"throughput phase hit its {options.time_cap:g} s cap")
-    cpu.stop()
-    elapsed = finished - began
-    result.concurrent_ok = ok
-    result.concurrent_seconds = elapsed
-    if ok and elapsed > 0:
-        result.rps = ok / elapsed
-    per_turn = cpu.per_turn_ms(ok)
-    if per_turn is not None:
-        result.cpu_ms_per_turn, result.server_cpu_ms_per_turn = per_turn
+    return counting
 
 
 @dataclass
@@ -565,11 +399,11 @@ async def measure(
     async with httpx.AsyncClient(timeout=10.0) as stats:
         before = await fake_model_requests(stats, scenario.model_port)
         async with calls() as call:
-            await sequential(call, scenario.options, result, CpuWindow(scenario.exclude))
+            await sequential(counted(call, result), scenario.options, result, scenario.exclude)
         requests = await fake_model_requests(stats, scenario.model_port) - before
         turns = result.turns_ok
         async with calls() as call:
-            await concurrent(call, scenario.options, result, CpuWindow(scenario.exclude))
+            await concurrent(counted(call, result), scenario.options, result, scenario.exclude)
     if turns:
         result.model_requests_per_turn = requests / turns
         if requests != 2 * turns:
@@ -908,7 +742,7 @@ def report(results: dict[str, Result]) -> list[dict[str, Any]]:
         ),
         (
             "product CPU/turn / peer-embedded CPU/turn",
-            ratio(product.cpu_ms_per_turn, embedded.cpu_ms_per_turn),
+            ratio(product.cpu_ms_per_request, embedded.cpu_ms_per_request),
             "<= 0.5",
             None,
             0.5,
@@ -929,7 +763,7 @@ def report(results: dict[str, Result]) -> list[dict[str, Any]]:
         ),
         (
             "product CPU/turn / peer-stock CPU/turn",
-            ratio(product.cpu_ms_per_turn, stock.cpu_ms_per_turn),
+            ratio(product.cpu_ms_per_request, stock.cpu_ms_per_request),
             "informational",
             None,
             None,
@@ -981,8 +815,8 @@ def print_table(
         r = results[name]
         print(
             f"| {name} | {_fmt(r.p50_ms)} | {_fmt(r.p95_ms)} | {_fmt(r.rps)} "
-            f"| {_fmt(r.cpu_ms_per_turn)} | {_fmt(r.server_cpu_ms_per_turn)} "
-            f"| {_fmt(r.sequential_cpu_ms_per_turn)} | {_fmt(r.model_requests_per_turn, 2)} "
+            f"| {_fmt(r.cpu_ms_per_request)} | {_fmt(r.server_cpu_ms_per_request)} "
+            f"| {_fmt(r.sequential_cpu_ms_per_request)} | {_fmt(r.model_requests_per_turn, 2)} "
             f"| {r.errors} |"
         )
     print()
