@@ -1,8 +1,8 @@
 """The SSRF guard of webhooks: which URLs an agent may POST a task's updates to, and where.
 
 A webhook is an ``http``/``https`` URL whose host resolves only to globally routable addresses
-(``ipaddress``'s ``is_global``, with IPv4-mapped, NAT64 and 6to4 IPv6 addresses judged by the IPv4
-address they carry). Anything else (loopback, private, link-local, carrier-grade NAT, benchmarking,
+(``ipaddress``'s ``is_global``, with IPv4-mapped, IPv4-compatible, NAT64 and 6to4 IPv6 addresses
+judged by the IPv4 address they carry). Anything else (loopback, private, link-local, carrier-grade NAT, benchmarking,
 documentation, multicast, reserved) is refused unless allowed:
 
 - ``[push] allow_hosts`` names hosts, addresses or networks allowed for any webhook;
@@ -29,7 +29,14 @@ __all__ = ["Webhook", "global_address", "pinned_request", "resolve_webhook", "we
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+# IPv6 forms that carry an IPv4 address in their last 32 bits: NAT64, and IPv4-compatible.
+_EMBEDDING = (
+    ipaddress.ip_network("64:ff9b::/96"),
+    ipaddress.ip_network("64:ff9b:1::/48"),
+    ipaddress.ip_network("::/96"),
+)
+# Not global, although older Pythons' tables say so of parts of it (3.11 knows only the /29).
+_NOT_GLOBAL = (ipaddress.ip_network("192.0.0.0/24"),)
 
 
 @attrs.frozen
@@ -43,14 +50,16 @@ class Webhook:
 
 def global_address(address: Address) -> bool:
     """Whether ``address`` is globally routable, judging an IPv6 address that carries an IPv4 one
-    (IPv4-mapped, NAT64, 6to4) by that IPv4 address."""
+    (IPv4-mapped, IPv4-compatible, NAT64, 6to4) by that IPv4 address."""
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return global_address(address.ipv4_mapped)
         if address.sixtofour is not None:
             return global_address(address.sixtofour)
-        if any(address in network for network in _NAT64):
+        if any(address in network for network in _EMBEDDING):
             return global_address(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    elif any(address in network for network in _NOT_GLOBAL):
+        return False
     return address.is_global and not address.is_multicast
 
 

@@ -1,9 +1,8 @@
 # pyright: strict
-"""Abuse cases of push notifications (webhooks): holes in today's code, one test each.
+"""Abuse cases of push notifications (webhooks): the holes that were found, one test each.
 
-Every test marked ``xfail(strict=True)`` fails today because of the hole its reason names, and
-passes once the hole is fixed; then strict xfail turns CI red and the mark is removed. The tests
-without the mark pass today and keep what already holds from regressing with the fix.
+Each case below failed on the code before its fix (the failures are in the issue's closing note);
+the tests of what already held keep it from regressing.
 
 1. A webhook on someone else's task. ``SendMessage`` to alice's task id from mallory, with a push
    config, is refused as not found, but ``TaskService.send`` has already kept the config (it stores
@@ -20,10 +19,10 @@ without the mark pass today and keep what already holds from regressing with the
    the "victim" on 127.0.0.1:P (Linux routes all of 127/8 to lo), ``[push] allow_hosts`` names
    127.0.0.2, and ``socket.getaddrinfo`` is replaced by a resolver whose answer for one made-up
    name flips after the checks.
-4. Only globally routable addresses. The SSRF guard is a denylist of ``ipaddress`` flags; some
-   addresses that are not globally routable pass it (carrier-grade NAT, the rest of 192.0.0.0/24,
-   6to4 addresses that embed a private IPv4 address). Addresses it refuses today are listed
-   separately, without the mark, so the fix keeps refusing them: on Python 3.11 ``is_global`` alone
+4. Only globally routable addresses. The SSRF guard was a denylist of ``ipaddress`` flags; some
+   addresses that are not globally routable passed it (carrier-grade NAT, the rest of 192.0.0.0/24,
+   6to4 addresses that embed a private IPv4 address). Addresses it refused already are listed
+   separately, so the fix keeps refusing them: on Python 3.11 ``is_global`` alone
    would let NAT64 (``64:ff9b::/96``), IPv4-compatible (``::a.b.c.d``) and multicast addresses
    through.
 
@@ -155,10 +154,6 @@ def kept_configs(harness: Harness, task_id: str) -> list[tuple[str, str, str]]:
 # -- 1. a webhook on someone else's task ---------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: TaskService.send stores a message's push config before the access check",
-)
 @pytest.mark.parametrize("mallorys_id", ["mallory-hook", "alice-hook"], ids=["new-id", "alices-id"])
 async def test_a_webhook_sent_with_a_message_to_someone_elses_task_is_not_kept_and_hears_nothing(
     make_harness: MakeHarness, mallorys_id: str
@@ -265,10 +260,6 @@ def alices_webhook(task_id: str) -> TaskPushNotificationConfig:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: a push config id is keyed by task alone, so a co-participant replaces another's",
-)
 async def test_a_co_participant_cannot_take_over_a_webhook_by_reusing_its_id(
     make_harness: MakeHarness,
 ):
@@ -372,10 +363,6 @@ class Rebinder:
         return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, number))]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: delivery connects to a fresh lookup of the webhook's name, not the checked one",
-)
 async def test_a_webhook_name_that_rebinds_after_the_check_reaches_only_the_checked_address(
     make_harness: MakeHarness, monkeypatch: pytest.MonkeyPatch
 ):
@@ -413,10 +400,6 @@ async def test_a_webhook_name_that_rebinds_after_the_check_reaches_only_the_chec
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: a delivery resolves the webhook's name twice (the guard's check, then httpx)",
-)
 async def test_one_delivery_looks_the_webhooks_name_up_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -450,10 +433,6 @@ async def test_one_delivery_looks_the_webhooks_name_up_once(
 # -- 4. only globally routable addresses ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hole: the SSRF guard is a denylist; addresses that are not globally routable pass",
-)
 @pytest.mark.parametrize(
     "address",
     [
