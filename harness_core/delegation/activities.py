@@ -25,8 +25,8 @@ from typing import Any
 import anyio
 import attrs
 import httpx
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
-from a2a.client.errors import A2AClientError
+from a2a.client import Client, ClientConfig, ClientFactory
+from a2a.client.errors import A2AClientError, AgentCardResolutionError
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -44,6 +44,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from harness_core.config import RemoteAgentConfig
+from harness_core.delegation.cards import CardCache, OriginHeaders
 from harness_core.live import LiveHub
 from harness_core.payloads import SETTLED_STATES as _SETTLED
 from harness_core.payloads import (
@@ -101,7 +102,7 @@ class DelegationActivities:
         self.stream_for = stream_for
         # The delegating agent's live fan-out: other agents' progress shown to its streams.
         self.live = live if live is not None else LiveHub()
-        self._cards: dict[str, AgentCard] = {}
+        self._cards = CardCache()
 
     def _url(self, target: str) -> str:
         url = self.peers(target)
@@ -115,11 +116,19 @@ class DelegationActivities:
         return url
 
     async def _card(self, http: httpx.AsyncClient, url: str) -> AgentCard:
-        card = self._cards.get(url)
-        if card is None:
-            card = await A2ACardResolver(http, url).get_agent_card()
-            self._cards[url] = card
-        return card
+        """The card of the agent at ``url``, as fresh as it says it must be; one that names
+        another origin than ``url``'s is refused (``harness_core.delegation.cards``)."""
+        try:
+            return await self._cards.get(http, url)
+        except ValueError as problem:
+            raise ApplicationError(
+                f"the agent at {url}: {problem}", type=REFUSED, non_retryable=True
+            ) from None
+        except httpx.HTTPStatusError as error:
+            status = error.response.status_code
+            raise AgentCardResolutionError("its card", status_code=status) from error
+        except httpx.HTTPError as error:
+            raise AgentCardResolutionError(f"its card ({type(error).__name__})") from error
 
     async def _client(
         self, http: httpx.AsyncClient, url: str, *, streaming: bool = False
@@ -127,8 +136,9 @@ class DelegationActivities:
         card = await self._card(http, url)
         return ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
 
-    def _http(self, request: DelegationRequest) -> httpx.AsyncClient:
-        return http_client(timeout=30, headers=self._headers(request))
+    def _http(self, request: DelegationRequest, url: str) -> httpx.AsyncClient:
+        # The identity and the configured headers go to the target's origin, and nowhere else.
+        return http_client(timeout=30, auth=OriginHeaders(url, self._headers(request)))
 
     @contextlib.asynccontextmanager
     async def _calling(
@@ -138,7 +148,7 @@ class DelegationActivities:
         calls leaves as ``_refused`` says (our words, retried or not)."""
         url = self._url(request.target)
         try:
-            async with self._http(request) as http:
+            async with self._http(request, url) as http:
                 yield http, url
         except A2AError as error:
             raise _refused(request.target, error) from None
@@ -490,11 +500,11 @@ async def card_problem(url: str) -> tuple[str | None, str]:
     and what its card says of it (name, description, skills) for the model."""
     try:
         async with http_client(timeout=10) as http:
-            card = await A2ACardResolver(http, url).get_agent_card()
+            card = await CardCache().get(http, url)
+    except ValueError as problem:  # not a card, or one that sends calls elsewhere
+        return str(problem), ""
     except Exception as error:  # unreachable, not JSON, not a card: the same to the caller
         return f"its card could not be fetched ({type(error).__name__})", ""
-    if not card.supported_interfaces:
-        return "its card names no interface", ""
     skills = "; ".join(f"{s.name}: {s.description}" for s in card.skills)
     return None, f"{card.name}: {card.description}" + (f" Skills: {skills}" if skills else "")
 
