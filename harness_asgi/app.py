@@ -42,7 +42,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from harness_asgi.card import build_agent_card
-from harness_asgi.guard import StreamGate, guard_routes
+from harness_asgi.guard import Refusal, StreamGate, guard_routes, load_json, read_body
 from harness_asgi.handler import HarnessRequestHandler
 from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, identify
 from harness_asgi.limits import LimitsMiddleware, RateLimiter
@@ -149,10 +149,14 @@ def _push_endpoint(harness: Harness) -> Any:
     async def push(request: Request) -> Response:
         """Another agent's push for one of this agent's delegations (A2A StreamResponse)."""
         token = request.headers.get("x-a2a-notification-token", "")
+        raw = await read_body(request)
+        if raw is None:
+            return _error(400, "the body ended before its Content-Length")
         try:
-            body = await request.json()
-        except ValueError:
-            body = None
+            body = load_json(raw, 400)
+        except Refusal as refusal:
+            log.info("refused a push to %s: %s", request.url.path, refusal.message)
+            return _error(400, refusal.message)
         if not isinstance(body, dict):
             return _error(400, "the body must be an A2A StreamResponse (a JSON object)")
         accepted = await harness.tasks.accept_push(
@@ -166,9 +170,25 @@ def _push_endpoint(harness: Harness) -> Any:
     return push
 
 
+#: Seconds the monitor's count of running tasks is kept: anonymous readers share one count
+#: (a Temporal visibility query) instead of each making one.
+MONITOR_COUNT_TTL = 10.0
+
+
 def _monitor_endpoint(harness: Harness) -> Any:
+    counted: list[tuple[float, int]] = []
+    lock = anyio.Lock()
+
+    async def running_count() -> int:
+        async with lock:
+            now = anyio.current_time()
+            if not counted or now - counted[0][0] >= MONITOR_COUNT_TTL:
+                counted[:] = [(now, await harness.tasks.running_count())]
+            return counted[0][1]
+
     async def monitor(request: Request) -> Response:
-        """The agent's state and how many tasks run (no task ids: they are the participants')."""
+        """The agent's state and how many tasks run (no task ids: they are the participants'),
+        counted at most once in ``MONITOR_COUNT_TTL``."""
         return JSONResponse(
             {
                 "agent": harness.agent_id,
@@ -176,7 +196,7 @@ def _monitor_endpoint(harness: Harness) -> Any:
                 "taskQueue": harness.settings.effective_task_queue,
                 "publicUrl": harness.public_url,
                 "lastHeartbeat": await harness.tasks.last_heartbeat(),
-                "runningTasks": await harness.tasks.running_count(),
+                "runningTasks": await running_count(),
                 "temporalUp": harness.temporal_up,
             }
         )

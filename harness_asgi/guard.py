@@ -37,12 +37,20 @@ from a2a.types import (
 )
 from google.protobuf.json_format import ParseDict
 from google.protobuf.message import Message as ProtoMessage
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
-__all__ = ["Refusal", "StreamGate", "check_jsonrpc", "check_rest", "guard_routes"]
+__all__ = [
+    "Refusal",
+    "StreamGate",
+    "check_jsonrpc",
+    "check_rest",
+    "guard_routes",
+    "load_json",
+    "read_body",
+]
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -51,6 +59,7 @@ log = logging.getLogger("harness.http")
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
+METHOD_NOT_FOUND = -32601
 
 _METHODS: Mapping[str, type[ProtoMessage]] = JsonRpcDispatcher.METHOD_TO_MODEL
 # The request type of each HTTP+JSON route with a body (A2A 1.0 11.3), by its route path.
@@ -111,7 +120,7 @@ def _depth_ok(value: Any, depth: int = 0) -> bool:
     return True
 
 
-def _load(body: bytes, status: int) -> Any:
+def load_json(body: bytes, status: int) -> Any:
     """The body as JSON, or a parse-error refusal (JSON-RPC answers those with HTTP 200)."""
     try:
         text = body.decode("utf-8")
@@ -148,7 +157,7 @@ def check_jsonrpc(headers: Mapping[str, str], body: bytes) -> str:
     take it."""
     if not _json_type(headers.get("content-type", "")):
         raise Refusal(415, INVALID_REQUEST, "Content-Type must be application/json")
-    data = _load(body, 200)
+    data = load_json(body, 200)
     if isinstance(data, list):
         raise Refusal(200, INVALID_REQUEST, "Invalid Request: batch requests are not supported")
     if not isinstance(data, dict):
@@ -173,7 +182,10 @@ def check_jsonrpc(headers: Mapping[str, str], body: bytes) -> str:
         raise Refusal(200, INVALID_PARAMS, "Invalid params: params must be an object", request_id)
     model = _METHODS.get(method)
     if model is None:
-        return method  # the SDK answers -32601, in its own words, which are fine
+        # Answered here: the SDK's library refuses some names (rpc.*) in its own words, with a
+        # traceback in the log.
+        shown = method if len(method) <= 64 else method[:64] + "..."
+        raise Refusal(200, METHOD_NOT_FOUND, f"Method not found: {shown!r}", request_id)
     problem = _fits(params, model)  # pyright: ignore[reportUnknownArgumentType]
     if problem is not None:
         raise Refusal(200, INVALID_PARAMS, f"Invalid params for {method}: {problem}", request_id)
@@ -194,7 +206,7 @@ def check_rest(
         return
     if not _json_type(headers.get("content-type", "")):
         raise Refusal(415, INVALID_REQUEST, "Content-Type must be application/json")
-    data = _load(body, 400)
+    data = load_json(body, 400)
     if not isinstance(data, dict):
         raise Refusal(400, INVALID_REQUEST, "the body must be a JSON object")
     if model is not None:
@@ -229,6 +241,20 @@ def _rest_body(refusal: Refusal) -> dict[str, Any]:
             ],
         }
     }
+
+
+#: The answer to a client that left in the middle of its body (nobody will read it).
+_GONE = Response(status_code=400)
+
+
+async def read_body(request: Request) -> bytes | None:
+    """The request's body, or None (logged at INFO) when the client went away before sending all
+    of it (a body shorter than its Content-Length)."""
+    try:
+        return await request.body()
+    except ClientDisconnect:
+        log.info("%s %s: the client left before its body ended", request.method, request.url.path)
+        return None
 
 
 def _refused(refusal: Refusal, request: Request, *, jsonrpc: bool) -> Response:
@@ -310,7 +336,9 @@ def guarded_jsonrpc(endpoint: Endpoint, streams: StreamGate) -> Endpoint:
     """The SDK's JSON-RPC endpoint behind ``check_jsonrpc`` (and, for a stream, ``streams``)."""
 
     async def jsonrpc(request: Request) -> Response:
-        body = await request.body()  # kept on the request for the SDK's own read
+        body = await read_body(request)  # kept on the request for the SDK's own read
+        if body is None:
+            return _GONE
         try:
             method = check_jsonrpc(request.headers, body)
         except Refusal as refusal:
@@ -332,7 +360,10 @@ def guarded_rest(endpoint: Endpoint, path: str, streams: StreamGate) -> Endpoint
     async def rest(request: Request) -> Response:
         body = b""
         if request.method == "POST":
-            body = await request.body()
+            read = await read_body(request)
+            if read is None:
+                return _GONE
+            body = read
         try:
             check_rest(request.method, request.headers, body, request.url.query, model)
             if request.method == "POST" and not body.strip() and model is not None:

@@ -164,6 +164,10 @@ def _reader(context: ServerCallContext) -> str | None:
     return identity.participant
 
 
+#: The largest sequence number an event can have (the store keeps them as 64-bit integers).
+MAX_SEQ = 2**63 - 1
+
+
 def _last_event_id(context: ServerCallContext) -> int | None:
     """The ``Last-Event-ID`` a resubscribing client sent, or None when it sent none."""
     headers = cast("dict[str, str] | None", context.state.get("headers"))
@@ -175,7 +179,7 @@ def _last_event_id(context: ServerCallContext) -> int | None:
         seq = float(text)
     except ValueError:
         seq = -1.0
-    if seq < 0 or not seq.is_integer():
+    if seq < 0 or not seq.is_integer() or seq > MAX_SEQ:
         raise InvalidParamsError(message="Last-Event-ID must be the harness.seq of an event")
     return int(seq)
 
