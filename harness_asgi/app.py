@@ -302,7 +302,7 @@ class _Identify:
         if scope["type"] == "http" and needs_identity(route_path(scope)):
             error = identify(self._harness, scope)
             if error is not None:
-                await _error(500, error)(scope, receive, send)
+                await _error(*error)(scope, receive, send)
                 return
         await self._app(scope, receive, send)
 

@@ -178,7 +178,8 @@ class _Guard:
             return
         error = identify(harness, request.scope)
         if error is not None:
-            raise HTTPException(status_code=500, detail=error)
+            status, detail = error
+            raise HTTPException(status_code=status, detail=detail)
 
     async def _limit(self, request: Request) -> None:
         if self._limiter is not None:

@@ -64,30 +64,55 @@ class Identity:
 NOBODY = Identity(participant=None, strict=True)
 
 
+#: The longest participant id taken, in characters.
+MAX_PARTICIPANT = 256
+#: Participant ids of this form name agents (the answers of delegations): no caller may take one.
+AGENT_PREFIX = "agent:"
+
+
+class ParticipantRefused(ValueError):
+    """A participant id that is not one: too long, with control characters, or an agent's."""
+
+
+def _checked(value: str) -> str:
+    if len(value) > MAX_PARTICIPANT:
+        raise ParticipantRefused(f"a participant id is at most {MAX_PARTICIPANT} characters")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ParticipantRefused("a participant id may not hold control characters")
+    if value.lower().startswith(AGENT_PREFIX):
+        raise ParticipantRefused(f"participant ids starting with {AGENT_PREFIX!r} name agents")
+    return value
+
+
 def resolve_identity(harness: Harness, scope: Scope) -> Identity:
-    """Decide the request's identity and keep it in ``scope``. Exceptions of the resolver propagate."""
+    """Decide the request's identity and keep it in ``scope``. Raises ``ParticipantRefused`` for
+    an id that cannot be one; other exceptions of the resolver propagate."""
     resolver = harness.participant_resolver
     if resolver is None:
-        value = (Request(scope).headers.get(PARTICIPANT_HEADER) or "").strip()
+        value = _checked((Request(scope).headers.get(PARTICIPANT_HEADER) or "").strip())
         identity = Identity(participant=value or None, strict=False)
     else:
         value = resolver(Request(scope))
-        identity = Identity(participant=value or None, strict=True)
+        identity = Identity(participant=_checked(value) if value else None, strict=True)
     scope[IDENTITY_KEY] = identity
     return identity
 
 
-def identify(harness: Harness, scope: Scope) -> str | None:
+def identify(harness: Harness, scope: Scope) -> tuple[int, str] | None:
     """``resolve_identity``, for the app and the router alike: None when it worked, else the
-    client's error text (a request id only; the resolver's exception is logged with it)."""
+    HTTP status and the client's error text (a refused id says why; a failing resolver gives a
+    request id only, and its exception is logged with it)."""
     try:
         resolve_identity(harness, scope)
+    except ParticipantRefused as refused:
+        log.info("agent %s: refused a participant id: %s", harness.agent_id, refused)
+        return 400, f"{PARTICIPANT_HEADER}: {refused}"
     except Exception:
         request_id = uuid.uuid4().hex[:12]
         log.exception(
             "agent %s: the participant resolver failed (request %s)", harness.agent_id, request_id
         )
-        return f"internal error (request {request_id})"
+        return 500, f"internal error (request {request_id})"
     return None
 
 

@@ -144,6 +144,9 @@ class TaskState:
         self.events: list[TaskEvent] = []  # this run's events
         self.mailbox: list[Inbound] = []
         self.senders: dict[str, str] = {}  # message id -> participant, for this run
+        # Who asked for the current turn (the sender of its latest message that names one): the
+        # participant its delegations act for.
+        self.asker: str | None = None
         # This run's messages that turns have already written to the store (each turn sends only
         # the ones after these, so no input copies the run's history).
         self.persisted = 0
@@ -382,6 +385,14 @@ class TaskState:
         )
         in_history = {m.get("messageId") for m in self.history}
         new_ids: list[str] = []
+        self.asker = next(
+            (
+                i.participant
+                for i in reversed(self.mailbox)
+                if i.participant and not i.participant.startswith("agent:")
+            ),
+            self.asker,
+        )
         for inbound in self.mailbox:
             message_id = str(inbound.message.get("messageId", ""))
             new_ids.append(message_id)

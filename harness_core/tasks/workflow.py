@@ -354,7 +354,10 @@ class TaskWorkflow(LlmTurn):
         canceled too). The key names the message and the stand-in within the turn."""
         task = self._task
         number = task.turns
-        participant = task.participants[0] if task.participants else f"agent:{start.agent_id}"
+        # The remote tasks belong to the participant whose message asked for this turn.
+        participant = task.asker or (
+            task.participants[0] if task.participants else f"agent:{start.agent_id}"
+        )
         handles: list[workflow.ChildWorkflowHandle[Any, DelegationResult]] = list(
             await asyncio.gather(
                 *(

@@ -252,3 +252,23 @@ def test_any_sequence_keeps_the_invariants(steps: list[tuple[str, Any, Any]]) ->
         else:
             driver.relay()
         driver.check_invariants()
+
+
+def test_a_turns_delegations_act_for_the_participant_who_asked() -> None:
+    """The asker is the sender of the turn's latest message that names a participant; the answers
+    of other agents (``agent:<id>``) do not change it."""
+    task = new_task(first=inbound("m0", who="alice", wait=True))
+    _, taken, _ = task.begin_turn()
+    assert task.asker == "alice"
+    task.delegating(TurnOutcome(kind="delegate", message=({"text": "asking b"},)))
+    task.take_answer(
+        1, DelegationResult(target="b", remote_task_id="r1", state="TASK_STATE_COMPLETED")
+    )
+    task.apply(TurnOutcome(kind="delegate"))
+    task.end_turn(taken)
+    task.begin_turn()  # the answer's turn: still alice's
+    assert task.asker == "alice"
+    # A second participant's message (the state machine would take it if the task were shared).
+    task.mailbox.append(inbound("m1", who="bob"))
+    task.begin_turn()
+    assert task.asker == "bob"
