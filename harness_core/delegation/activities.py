@@ -250,9 +250,11 @@ class DelegationActivities:
                 async for event in stream:
                     if event.HasField("message"):
                         return _from_message(request.target, event.message)
+                    known = result.remote_task_id
                     result, status = _apply(result, event, events, stale)
-                    if result.remote_task_id:
+                    if result.remote_task_id and not known:
                         scope.deadline = deadline
+                        await self._note_remote(result.remote_task_id)
                     if result.state in _SETTLED:
                         break
                     if status is not None and "message" in status:
@@ -363,7 +365,18 @@ class DelegationActivities:
         last = events[-1]
         if last.HasField("message"):
             return _from_message(request.target, last.message)
+        await self._note_remote(last.task.id)
         return attrs.evolve(_from_task(request.target, last.task, stale), pushed=config is not None)
+
+    async def _note_remote(self, remote_task_id: str) -> None:
+        """Keep the other agent's task id for the stand-in as soon as it is known: a cancel that
+        comes while the send is still running then cancels that task too."""
+        if self.store is not None and remote_task_id:
+            await anyio.to_thread.run_sync(
+                self.store.put_remote_task,
+                str(activity.info().workflow_id or ""),
+                remote_task_id,
+            )
 
     @activity.defn(name="delegate_wait")
     async def delegate_wait(
@@ -412,6 +425,13 @@ class DelegationActivities:
 
     @activity.defn(name="delegate_cancel")
     async def delegate_cancel(self, request: DelegationRequest, task_id: str) -> None:
+        """Cancel the other agent's task: ``task_id``, or (empty) the one the stand-in's send
+        noted before it was cut off, if any."""
+        if not task_id and self.store is not None:
+            standin = str(activity.info().workflow_id or "")
+            task_id = await anyio.to_thread.run_sync(self.store.remote_task, standin) or ""
+        if not task_id:
+            return
         try:
             async with self._calling(request) as (http, url):
                 client = await self._client(http, url)

@@ -41,6 +41,8 @@ __all__ = ["MAX_STAND_IN_RELAYS", "DelegationWorkflow"]
 MAX_STAND_IN_RELAYS = 100
 # A stand-in continuing a remote task notes the task's status before it sends.
 _DELEGATION_STALE = "delegation-stale"
+# A stand-in canceled while its send runs cancels the remote task its send noted in the store.
+_CANCEL_DURING_SEND = "delegation-cancel-during-send"
 # The failure types of the delegation activities, whose messages are ours (activities.py).
 _DELEGATION_FAILURES = frozenset({"UnknownAgent", "DelegationRefused", "DelegationUnreachable"})
 
@@ -176,8 +178,9 @@ class DelegationWorkflow:
         return status_key(result.progress[-1])
 
     async def _cancel_remote(self, request: DelegationRequest, remote_task_id: str) -> None:
-        """The delegating task was canceled: cancel the other agent's task too."""
-        if not remote_task_id:
+        """The delegating task was canceled: cancel the other agent's task too, also when the
+        send was cut off (its activity noted the task's id in the store once it was known)."""
+        if not remote_task_id and not workflow.patched(_CANCEL_DURING_SEND):
             return
         await workflow.execute_activity(
             DELEGATE_CANCEL,

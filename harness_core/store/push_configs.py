@@ -52,6 +52,20 @@ class PushConfigStore(StoreConnection):
             ).fetchone()
         return None if row is None else str(row[0])
 
+    def put_remote_task(self, standin_id: str, remote_task_id: str) -> None:
+        """The other agent's task a delegation (its stand-in) started, as soon as it is known."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO remote_tasks VALUES (?, ?)", (standin_id, remote_task_id)
+            )
+
+    def remote_task(self, standin_id: str) -> str | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT remote_task_id FROM remote_tasks WHERE standin_id = ?", (standin_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
     def delete_push_config(self, task_id: str, config_id: str, owner: str) -> bool:
         """Remove ``owner``'s webhook ``config_id`` of the task; False when it has none."""
         with self._lock:

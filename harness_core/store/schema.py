@@ -3,7 +3,8 @@
 ``tasks`` holds ended tasks' summaries (``TaskRecord``); ``task_messages`` and ``task_events`` the
 archived history, at absolute positions; ``task_participants`` who may see a task; ``task_index``
 the listing index, one row per task (running, ended, or a tombstone after the retention sweep);
-``push_configs`` and ``push_tokens`` webhooks; ``meta`` the agent's own keys (the last heartbeat).
+``push_configs`` and ``push_tokens`` webhooks; ``remote_tasks`` the other agents' tasks
+the delegations started; ``meta`` the agent's own keys (the last heartbeat).
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ CREATE INDEX IF NOT EXISTS task_index_order ON task_index (status_at, task_id);
 CREATE TABLE IF NOT EXISTS push_tokens (
     standin_id TEXT PRIMARY KEY,
     digest TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS remote_tasks (
+    standin_id TEXT PRIMARY KEY,
+    remote_task_id TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS push_configs (
     task_id TEXT NOT NULL,

@@ -246,7 +246,8 @@ class TaskStore(TaskStoreReads, PushConfigStore):
 
     def sweep(self, ended_before: int, limit: int = 1000) -> list[str]:
         """Remove up to ``limit`` tasks that ended (were last written) before ``ended_before``
-        (microseconds since the epoch): their record, messages, events and participants. Each
+        (microseconds since the epoch): their record, messages, events, participants, webhooks
+        and their delegations' tokens and remote task ids. Each
         leaves a tombstone in the index, so that reads answer not found instead of asking the
         task's workflow, which Temporal may keep longer; tombstones go after
         ``TOMBSTONE_SECONDS``. Returns the ids of the tasks removed."""
@@ -267,6 +268,12 @@ class TaskStore(TaskStoreReads, PushConfigStore):
                 "push_configs",
             ):
                 self._db.executemany(f"DELETE FROM {table} WHERE task_id = ?", rows)
+            # The task's delegations (stand-ins are named <task id>:delegate:...).
+            spans = [(f"{i}:delegate:", f"{i}:delegate;") for i in ids]
+            for table in ("push_tokens", "remote_tasks"):
+                self._db.executemany(
+                    f"DELETE FROM {table} WHERE standin_id >= ? AND standin_id < ?", spans
+                )
             self._db.executemany(
                 "UPDATE task_index SET closed = 2, status = '{}', written_at = ? WHERE task_id = ?",
                 [(now_micros(), i) for i in ids],

@@ -548,3 +548,64 @@ async def test_canceling_the_delegating_task_cancels_the_remote_task(tmp_path, t
                 await anyio.sleep(0.1)
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert remote.status.state == TaskState.TASK_STATE_CANCELED
+
+
+TERMINAL = (
+    TaskState.TASK_STATE_COMPLETED,
+    TaskState.TASK_STATE_CANCELED,
+    TaskState.TASK_STATE_FAILED,
+    TaskState.TASK_STATE_REJECTED,
+)
+
+
+async def test_a_cancel_while_the_send_still_streams_cancels_the_remote_task(
+    tmp_path, temporal_address
+):
+    """Given a delegating to d with ``[delegation] stream_for`` at its most (the stand-in's send
+    still reads d's stream), when a's task is canceled, then the send is cut off and d's task is
+    canceled all the same: the send noted d's task id in the store as soon as it was known.
+    Before, the stand-in knew no remote task id when its send was cut off, and d's task ran on."""
+    gate = Gate()
+    a_id, d_id = unique_id("a"), unique_id("d")
+
+    async def a(ctx: TurnContext) -> TurnResult:
+        return Delegate(Delegation(d_id, "take forever"))
+
+    async def d(ctx: TurnContext) -> TurnResult:
+        await gate.pass_through()
+        return Complete("never")
+
+    harnesses = [
+        Harness(
+            agent_settings(
+                tmp_path / "a", temporal_address, a_id, delegation={"stream_for": "10s"}
+            ),
+            agent=a,
+            prefix=f"/agents/{a_id}",
+        ),
+        Harness(
+            agent_settings(tmp_path / "d", temporal_address, d_id),
+            agent=d,
+            prefix=f"/agents/{d_id}",
+        ),
+    ]
+    headers = {"X-Participant-Id": "carol"}
+    try:
+        async with (
+            serving(*harnesses) as url,
+            a2a_client(f"{url}/agents/{a_id}", streaming=False, headers=headers) as client,
+            a2a_client(f"{url}/agents/{d_id}", streaming=False, headers=headers) as at_d,
+        ):
+            task = await send_immediately(client, user_message("start"))
+            await gate.wait_entered()
+            [d_task] = (await at_d.list_tasks(ListTasksRequest())).tasks
+            await client.cancel_task(CancelTaskRequest(id=task.id))
+            with anyio.fail_after(40):
+                while True:
+                    remote = await at_d.get_task(GetTaskRequest(id=d_task.id))
+                    if remote.status.state in TERMINAL:
+                        break
+                    await anyio.sleep(0.1)
+    finally:
+        gate.release()
+    assert remote.status.state == TaskState.TASK_STATE_CANCELED
