@@ -247,6 +247,13 @@ class Harness:
                 async with pool.lease(settings, client=self._client) as connection:
                     store = await anyio.to_thread.run_sync(TaskStore, settings.store_path)
                     pace = TurnPace()
+                    pusher = PushActivities(
+                        self.agent_id,
+                        store,
+                        allow=settings.push.allow_hosts,
+                        agents=settings.push.agent_hosts,
+                        timeout=settings.push.timeout,
+                    )
                     try:
                         activities = AgentActivities(
                             self.agent_id,
@@ -264,13 +271,7 @@ class Harness:
                                 stream_for=settings.delegation.stream_for,
                                 live=self.live,
                             ),
-                            push=PushActivities(
-                                self.agent_id,
-                                store,
-                                allow=settings.push.allow_hosts,
-                                agents=settings.push.agent_hosts,
-                                timeout=settings.push.timeout,
-                            ),
+                            push=pusher,
                             delegates=self._delegates,
                             pace=pace,
                             live=self.live,
@@ -299,6 +300,7 @@ class Harness:
                                 store=store,
                                 start=self._task_start(),
                                 pace=pace,
+                                pusher=pusher,
                             )
                             self.state = AgentState.READY
                             log.info("agent %s ready on task queue %s", self.agent_id, queue)

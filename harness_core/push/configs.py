@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import hmac
 import uuid
-from typing import cast
+from typing import Any, cast
 
 import anyio
 from a2a.types import TaskStatus
@@ -27,7 +27,8 @@ from temporalio.service import RPCError
 
 from harness_core.delegation.workflow import DelegationWorkflow
 from harness_core.errors import InvalidRequestValueError, TaskNotFoundError
-from harness_core.payloads import ProtoJSON, may_access, relayable
+from harness_core.payloads import ProtoJSON, TaskEvent, TaskRecord, may_access, relayable
+from harness_core.push.delivery import PushActivities
 from harness_core.tasks.views import TaskReads
 from harness_core.tasks.workflow import TaskWorkflow
 from harness_core.temporal.names import DELEGATION_WORKFLOW
@@ -37,6 +38,27 @@ __all__ = ["TaskPushes"]
 
 class TaskPushes(TaskReads):
     """Webhook configs of the agent's tasks, and pushes into its delegations."""
+
+    def __init__(self, *, pusher: PushActivities | None = None, **reads: Any) -> None:
+        super().__init__(**reads)
+        # Tells a webhook registered on an ended task how it ended (None: nobody does).
+        self._pusher = pusher
+
+    async def _tell_the_end(self, record: TaskRecord, config: ProtoJSON) -> None:
+        """A webhook registered on a task that has ended (a retried first message, or a config
+        created late) hears the final status once: the updates it was registered for are over."""
+        if self._pusher is None:
+            return
+        end = TaskEvent(
+            seq=record.events,
+            kind="status",
+            body={
+                "taskId": record.task_id,
+                "contextId": record.context_id,
+                "status": record.status,
+            },
+        )
+        await self._pusher.push_now(record.task_id, str(config.get("id", "")), config, [end])
 
     async def _admitted(self, task_id: str, participant: str | None) -> bool:
         """Whether ``participant`` may act on the task: it is this agent's and the caller is on
@@ -75,6 +97,9 @@ class TaskPushes(TaskReads):
         if view is None:
             raise TaskNotFoundError(f"task {task_id} not found")
         body = await self._put_push_config(task_id, participant, config)
+        record = await self._record(task_id) if view.closed else None
+        if record is not None:
+            await self._tell_the_end(record, body)
         if not view.closed:
             with contextlib.suppress(RPCError):
                 await self._call(

@@ -19,7 +19,7 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from harness_core.payloads import ProtoJSON, PushBatch
+from harness_core.payloads import ProtoJSON, PushBatch, TaskEvent
 from harness_core.push.guard import Webhook, pinned_request, resolve_webhook
 from harness_core.store import TaskStore
 from harness_core.urls import http_client
@@ -65,61 +65,79 @@ class PushActivities:
             events[:0] = stored
         if not configs or not events:
             return
-        bodies: list[ProtoJSON] = []
-        for event in events:
-            body = event.body
-            key = "statusUpdate" if event.kind == "status" else "artifactUpdate"
-            bodies.append(
-                {key: {**body, "metadata": {**body.get("metadata", {}), "harness.seq": event.seq}}}
-            )
+        bodies = [push_body(event) for event in events]
         failures: list[str] = []
         async with http_client(timeout=self.timeout, follow_redirects=False) as http:
             for config_id, _owner, config in configs:
-                checked = await anyio.to_thread.run_sync(
-                    partial(
-                        resolve_webhook, str(config.get("url", "")), self.allow, agents=self.agents
-                    )
+                failure = await self._deliver(
+                    http, batch.task_id, config_id, config, bodies, activity.heartbeat
                 )
-                if isinstance(checked, str):
-                    log.warning(
-                        "task %s: push config %s skipped: %s", batch.task_id, config_id, checked
-                    )
-                    continue
-                headers = {"Content-Type": "application/json"}
-                if config.get("token"):
-                    headers["X-A2A-Notification-Token"] = str(config["token"])
-                auth = cast("ProtoJSON", config.get("authentication") or {})
-                scheme = str(auth.get("scheme", ""))
-                if scheme:
-                    credentials = str(auth.get("credentials", ""))
-                    headers["Authorization"] = f"{scheme} {credentials}".strip()
-                for body in bodies:
-                    # A worker that dies mid-delivery is noticed by its missing heartbeats.
-                    activity.heartbeat()
-                    try:
-                        answer = await _post(http, checked, body, headers)
-                    except httpx.HTTPError as error:
-                        failures.append(f"{config_id}: {type(error).__name__}")
-                        break
-                    status = answer.status_code
-                    if 400 <= status < 500 and status not in (408, 425, 429):
-                        # The webhook refuses it (a wrong token, a config it forgot): asking
-                        # again will not help, and must not hold back the other webhooks.
-                        log.warning(
-                            "task %s: push config %s refused with HTTP %d; not retried",
-                            batch.task_id,
-                            config_id,
-                            status,
-                        )
-                        break
-                    if not 200 <= status < 300:
-                        failures.append(f"{config_id}: HTTP {status}")
-                        break
+                if failure is not None:
+                    failures.append(f"{config_id}: {failure}")
         if failures:
             # Retried by the workflow's policy, with backoff; our own words only.
             raise ApplicationError(
                 f"push notifications of task {batch.task_id} failed: {', '.join(failures)}"
             )
+
+    async def push_now(
+        self, task_id: str, config_id: str, config: ProtoJSON, events: Sequence[TaskEvent]
+    ) -> bool:
+        """POST ``events`` to one webhook now, once (a webhook registered on a task that has
+        ended hears how it ended; nothing retries it). True when the webhook took them all."""
+        bodies = [push_body(event) for event in events]
+        async with http_client(timeout=self.timeout, follow_redirects=False) as http:
+            failure = await self._deliver(http, task_id, config_id, config, bodies, lambda: None)
+        if failure is not None:
+            log.warning("task %s: push config %s: %s; not retried", task_id, config_id, failure)
+        return failure is None
+
+    async def _deliver(
+        self,
+        http: httpx.AsyncClient,
+        task_id: str,
+        config_id: str,
+        config: ProtoJSON,
+        bodies: Sequence[ProtoJSON],
+        beat: Callable[[], None],
+    ) -> str | None:
+        """POST ``bodies`` in order to one webhook: None when it took them (or refused them for
+        good, or its URL is refused: not worth retrying), else what failed, in our words."""
+        checked = await anyio.to_thread.run_sync(
+            partial(resolve_webhook, str(config.get("url", "")), self.allow, agents=self.agents)
+        )
+        if isinstance(checked, str):
+            log.warning("task %s: push config %s skipped: %s", task_id, config_id, checked)
+            return None
+        headers = {"Content-Type": "application/json"}
+        if config.get("token"):
+            headers["X-A2A-Notification-Token"] = str(config["token"])
+        auth = cast("ProtoJSON", config.get("authentication") or {})
+        scheme = str(auth.get("scheme", ""))
+        if scheme:
+            credentials = str(auth.get("credentials", ""))
+            headers["Authorization"] = f"{scheme} {credentials}".strip()
+        for body in bodies:
+            # A worker that dies mid-delivery is noticed by its missing heartbeats.
+            beat()
+            try:
+                answer = await _post(http, checked, body, headers)
+            except httpx.HTTPError as error:
+                return type(error).__name__
+            status = answer.status_code
+            if 400 <= status < 500 and status not in (408, 425, 429):
+                # The webhook refuses it (a wrong token, a config it forgot): asking again will
+                # not help, and must not hold back the other webhooks.
+                log.warning(
+                    "task %s: push config %s refused with HTTP %d; not retried",
+                    task_id,
+                    config_id,
+                    status,
+                )
+                return None
+            if not 200 <= status < 300:
+                return f"HTTP {status}"
+        return None
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.push_deliver]
@@ -139,3 +157,10 @@ async def _post(
         except httpx.ConnectError as failed:
             error = failed
     raise error if error is not None else httpx.ConnectError(f"{webhook.host} has no address")
+
+
+def push_body(event: TaskEvent) -> ProtoJSON:
+    """An event of the task as the ``StreamResponse`` a webhook gets, with its ``harness.seq``."""
+    body = event.body
+    key = "statusUpdate" if event.kind == "status" else "artifactUpdate"
+    return {key: {**body, "metadata": {**body.get("metadata", {}), "harness.seq": event.seq}}}

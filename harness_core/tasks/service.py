@@ -144,11 +144,12 @@ class TaskService(TaskPushes):
                 raise TaskNotFoundError(f"task {task_id} not found")
             if push_config is not None:
                 # Kept before the message reaches the task, so its first update is pushed.
-                await self._put_push_config(task_id, participant, push_config)
+                await self._register(task_id, participant, push_config)
             return await self._deliver_existing(task_id, inbound)
         if push_config is not None:
-            # A new task's id derives from the caller: the task can only be theirs.
-            await self._put_push_config(task_id, participant, push_config)
+            # A new task's id derives from the caller: the task can only be theirs. A retried
+            # first message registers its webhook again (the same id replaces it).
+            await self._register(task_id, participant, push_config)
         # The record outlives the workflow's retention: a late retry must find it, not restart it.
         if await self._record(task_id) is not None:
             return await self._closed_delivery(task_id, inbound)
@@ -205,6 +206,19 @@ class TaskService(TaskPushes):
             await self._forget_start(task_id)
             raise
         return await self._delivered(task_id, receipt)
+
+    async def _register(self, task_id: str, participant: str | None, config: ProtoJSON) -> None:
+        """Keep a message's webhook; on a task that has ended, it hears the end at once."""
+        body = await self._put_push_config(task_id, participant, config)
+        record = await self._record(task_id)
+        if record is not None:
+            await self._tell_the_end(record, body)
+        elif await self._row(task_id) is not None:
+            # A task that runs already (a retried first message): it pushes from now on.
+            with contextlib.suppress(RPCError):
+                await self._call(
+                    lambda c: c.get_workflow_handle(task_id).signal(TaskWorkflow.enable_push)
+                )
 
     async def _note_start(self, start: TaskStart, inbound: Inbound) -> None:
         """List a new task before its workflow starts: a blocking sender's task is then listed

@@ -38,14 +38,14 @@ pytestmark = pytest.mark.anyio
 class Receiver:
     """A webhook that records what it gets; it fails its first call (so delivery must retry)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, fail_first: bool = True) -> None:
         self.calls: list[tuple[dict[str, str], dict[str, Any]]] = []
-        self.failed = 0
+        self.failed = 0 if fail_first else 1
         self._arrived = anyio.Event()
         self.app = Starlette(routes=[Route("/hook", self.hook, methods=["POST"])])
 
     async def hook(self, request: Request) -> JSONResponse:
-        if self.failed == 0:
+        if self.failed == 0:  # the first call only, unless told otherwise
             self.failed += 1
             return JSONResponse({"error": "not now"}, status_code=503)
         self.calls.append((dict(request.headers), await request.json()))
@@ -266,3 +266,42 @@ async def test_a_run_continues_as_new_while_its_webhook_hangs_and_the_next_run_p
     assert last.status.state == TaskState.TASK_STATE_COMPLETED
     assert sorted(set(seqs)) == list(range(1, max(seqs) + 1))
     assert seqs == sorted(seqs)
+
+
+async def test_a_retried_first_message_registers_its_webhook_and_an_ended_task_says_how_it_ended(
+    make_harness,
+):
+    """Given a task that completed, when its first message is sent again (a retry whose answer
+    was lost) with a webhook, then the webhook is registered and hears COMPLETED at once; the
+    same retry again keeps one config (the same id), and a message with no webhook changes
+    nothing. Before, the retry got the task and the webhook heard nothing."""
+    receiver = Receiver(fail_first=False)
+    harness = make_harness(ScriptedModel(["done"]), push={"allow_hosts": ["127.0.0.1"]})
+    async with serving_app(receiver.app) as hook_base, serving(harness) as url:
+        webhook = TaskPushNotificationConfig(url=f"{hook_base}/hook", id="late", token="t")
+        first = user_message("do it", message_id="retried-1")
+        async with a2a_client(url, streaming=False) as client:
+            [done] = [e async for e in client.send_message(SendMessageRequest(message=first))]
+            assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
+            for _ in range(2):
+                [again] = [
+                    e
+                    async for e in client.send_message(
+                        SendMessageRequest(
+                            message=first,
+                            configuration=SendMessageConfiguration(
+                                task_push_notification_config=webhook
+                            ),
+                        )
+                    )
+                ]
+            await receiver.wait_for("TASK_STATE_COMPLETED")
+            listed = await client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=done.task.id)
+            )
+    assert again.task.id == done.task.id
+    assert receiver.states() == ["TASK_STATE_COMPLETED", "TASK_STATE_COMPLETED"]
+    assert [c.id for c in listed.configs] == ["late"]
+    headers, body = receiver.calls[0]
+    assert headers["x-a2a-notification-token"] == "t"
+    assert body["statusUpdate"]["taskId"] == done.task.id
