@@ -283,23 +283,16 @@ async def test_a_retried_first_message_registers_its_webhook_and_an_ended_task_s
         async with a2a_client(url, streaming=False) as client:
             [done] = [e async for e in client.send_message(SendMessageRequest(message=first))]
             assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
-            for _ in range(2):
-                [again] = [
-                    e
-                    async for e in client.send_message(
-                        SendMessageRequest(
-                            message=first,
-                            configuration=SendMessageConfiguration(
-                                task_push_notification_config=webhook
-                            ),
-                        )
-                    )
-                ]
+            retry = SendMessageRequest(
+                message=first,
+                configuration=SendMessageConfiguration(task_push_notification_config=webhook),
+            )
+            retried = [[e async for e in client.send_message(retry)] for _ in range(2)]
             await receiver.wait_for("TASK_STATE_COMPLETED")
             listed = await client.list_task_push_notification_configs(
                 ListTaskPushNotificationConfigsRequest(task_id=done.task.id)
             )
-    assert again.task.id == done.task.id
+    assert [r[0].task.id for r in retried] == [done.task.id, done.task.id]
     assert receiver.states() == ["TASK_STATE_COMPLETED", "TASK_STATE_COMPLETED"]
     assert [c.id for c in listed.configs] == ["late"]
     headers, body = receiver.calls[0]
