@@ -46,6 +46,7 @@ from harness_asgi.guard import Refusal, StreamGate, guard_routes, load_json, rea
 from harness_asgi.handler import HarnessRequestHandler
 from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, identify
 from harness_asgi.limits import LimitsMiddleware, RateLimiter
+from harness_asgi.tenants import TenantEndpoint
 from harness_core.harness import AgentState, Harness
 from harness_core.logs import agent_context
 
@@ -471,8 +472,9 @@ class HarnessApp:
                 return
 
 
-def group_app(group: HarnessGroup) -> Starlette:
-    """Every agent of a group under its prefix; an agent built without one under ``/agents/<id>``.
+def group_app(group: HarnessGroup) -> ASGIApp:
+    """Every agent of a group under its prefix (an agent built without one under ``/agents/<id>``),
+    and each as a tenant of the root (``harness_asgi.tenants``).
 
     Raises ``ConfigError`` when two agents would share a prefix, or an agent's base_url disagrees
     with the prefix it gets.
@@ -510,7 +512,9 @@ def group_app(group: HarnessGroup) -> Starlette:
             }
         )
 
-    return Starlette(routes=[Route("/", index, methods=["GET"]), *routes])
+    app = Starlette(routes=[Route("/", index, methods=["GET"]), *routes])
+    # The root is also a tenant endpoint: one card per origin, every agent a tenant of it.
+    return TenantEndpoint(app, harnesses)
 
 
 def card_url(harness: Harness) -> str:

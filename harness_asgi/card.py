@@ -12,10 +12,11 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 
 from harness_core.harness import Harness
 
-__all__ = ["build_agent_card"]
+__all__ = ["build_agent_card", "card_version"]
 
 
-def _version() -> str:
+def card_version() -> str:
+    """The version cards show: the installed package's."""
     try:
         return version("a2a-harness")
     except PackageNotFoundError:
@@ -30,7 +31,7 @@ def build_agent_card(harness: Harness) -> AgentCard:
     return AgentCard(
         name=settings.agent_name,
         description=description,
-        version=_version(),
+        version=card_version(),
         supported_interfaces=[
             AgentInterface(url=f"{url}/", protocol_binding="JSONRPC", protocol_version="1.0"),
             AgentInterface(url=url, protocol_binding="HTTP+JSON", protocol_version="1.0"),

@@ -184,13 +184,14 @@ def _last_event_id(context: ServerCallContext) -> int | None:
     return int(seq)
 
 
-def _check_tenant(context: ServerCallContext) -> None:
-    """An agent is served at its own URL and has no tenants (A2A 1.0 tenant: a path or field the
-    card names); a request naming one is refused rather than served as if it named none."""
-    if context.tenant:
+def _check_tenant(context: ServerCallContext, agent_id: str) -> None:
+    """An agent is served at its own URL, and as the tenant named by its id at its group's root
+    (A2A 1.0 tenant: a path or field the card names); a request naming another tenant is refused
+    rather than served as if it named none."""
+    if context.tenant and context.tenant != agent_id:
         raise InvalidParamsError(
-            message="this agent has no tenants: send requests without a tenant, to the URL its "
-            "card names"
+            message=f"this agent is tenant {agent_id!r} only: send requests with that tenant, or "
+            "none, to the URL its card names"
         )
 
 
@@ -290,7 +291,7 @@ class HarnessRequestHandler(RequestHandler):
         return await self._webhook(params.configuration.task_push_notification_config)
 
     def _check_message(self, message: Message, context: ServerCallContext) -> None:
-        _check_tenant(context)
+        _check_tenant(context, self._harness.agent_id)
         if message.role != Role.ROLE_USER:
             raise InvalidParamsError(message="message.role must be ROLE_USER")
         if not message.message_id:
@@ -410,7 +411,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        _check_tenant(context)
+        _check_tenant(context, self._harness.agent_id)
         resume = _last_event_id(context)
         after = resume or 0
         participant = _reader(context)
@@ -446,7 +447,7 @@ class HarnessRequestHandler(RequestHandler):
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        _check_tenant(context)
+        _check_tenant(context, self._harness.agent_id)
         _check_history_length(params.history_length)
         with _a2a_errors("GetTask"):
             tasks = self._harness.tasks
@@ -459,7 +460,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        _check_tenant(context)
+        _check_tenant(context, self._harness.agent_id)
         if params.HasField("page_size") and not 1 <= params.page_size <= 100:
             raise InvalidParamsError(message="pageSize must be between 1 and 100")
         page_size = params.page_size if params.HasField("page_size") else 50
@@ -500,14 +501,14 @@ class HarnessRequestHandler(RequestHandler):
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
-        _check_tenant(context)
+        _check_tenant(context, self._harness.agent_id)
         with _a2a_errors("CancelTask"):
             tasks = self._harness.tasks
             view = await tasks.cancel(params.id, _reader(context))
             return _task_proto(view)
 
     def _push_allowed(self, context: ServerCallContext) -> None:
-        _check_tenant(context)
+        _check_tenant(context, self._harness.agent_id)
         if not self._harness.settings.push.enabled:
             raise PushNotificationNotSupportedError()
 

@@ -56,7 +56,7 @@ async def test_refusals_of_the_review_get_the_errors_the_spec_names(make_harness
     assert extended["error"]["code"] == -32004  # UnsupportedOperationError
     assert "extended agent card" in extended["error"]["message"]
     assert tenant["error"]["code"] == -32602
-    assert "no tenants" in tenant["error"]["message"]
+    assert "tenant" in tenant["error"]["message"] and "only" in tenant["error"]["message"]
     assert rest_tenant.status_code == 400
     assert [m.parts[0].text for m in after.history] == ["hi", "more?"]
 
