@@ -34,15 +34,18 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
     ) from exc
 
 from a2a.server.routes import add_a2a_routes_to_fastapi
+from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from harness_asgi.app import MountCheck, build_routes, needs_identity
 from harness_asgi.identity import identify
-from harness_asgi.limits import RateLimiter, declared_length, discard_body
+from harness_asgi.limits import RateLimiter, declared_length, discard_body, json_error
+from harness_asgi.tenants import TenantEndpoint
 from harness_core.harness import AgentState, Harness
 from harness_core.logs import current_agent
 
-__all__ = ["harness_router"]
+__all__ = ["harness_router", "tenant_router"]
 
 log = logging.getLogger("harness.http")
 
@@ -99,6 +102,59 @@ def harness_router(harness: Harness, *, tags: Sequence[str] | None = None) -> AP
                     summary=summary,
                     openapi_extra=_with_parameters(route.path, [method], None),
                 )
+    return router
+
+
+def tenant_router(harnesses: Sequence[Harness]) -> APIRouter:
+    """The root of an app whose agents are included with ``harness_router``, as a tenant endpoint
+    (``harness_asgi.tenants``): the stub card at ``/.well-known/agent-card.json``, JSON-RPC by
+    ``params.tenant`` at ``POST /`` and HTTP+JSON under ``/{tenant}/``.
+
+    Include it after the agents' routers and your own routes: ``/{tenant}/...`` matches any path
+    whose first segment is an agent's id. A request for a tenant goes on to that agent's own
+    routes (and their guard), under its prefix.
+    """
+    agents = list(harnesses)
+    if not agents:
+        raise ValueError("tenant_router needs at least one harness")
+    endpoints: dict[int, TenantEndpoint] = {}
+
+    class _Tenant(Response):
+        """Hands the request, body unread, to the tenant endpoint over the whole app."""
+
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            app = scope["app"]
+            endpoint = endpoints.get(id(app))
+            if endpoint is None:
+                endpoint = endpoints[id(app)] = TenantEndpoint(app, agents)
+            if not endpoint.handles(scope):
+                # No tenant of these agents (handing it to the app would come back here).
+                await json_error(404, "not found")(scope, receive, send)
+                return
+            await endpoint(scope, receive, send)
+
+    async def tenant(request: Request) -> Response:
+        return _Tenant()
+
+    router = APIRouter()
+    tags: list[str | Any] = ["A2A: tenants"]
+    router.add_api_route(
+        "/.well-known/agent-card.json",
+        tenant,
+        methods=["GET"],
+        tags=tags,
+        summary="The origin's stub card: its agents, each a tenant of this endpoint",
+    )
+    router.add_api_route(
+        "/", tenant, methods=["POST"], tags=tags, summary="JSON-RPC, routed by params.tenant"
+    )
+    router.add_api_route(
+        "/{tenant}/{path:path}",
+        tenant,
+        methods=["GET", "POST", "DELETE"],
+        tags=tags,
+        summary="HTTP+JSON of the agent whose id is the tenant",
+    )
     return router
 
 

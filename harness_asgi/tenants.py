@@ -126,31 +126,41 @@ class TenantEndpoint:
             limiter=None,
         )
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def handles(self, scope: Scope) -> bool:
+        """Whether the request is the tenant endpoint's (else it goes on to the app)."""
         if scope["type"] != "http":
+            return False
+        path: str = scope["path"]
+        method: str = scope["method"]
+        if path == CARD_PATH:
+            return method in ("GET", "HEAD")
+        if path == "/":
+            return method == "POST"
+        tenant, _, rest = path[1:].partition("/")
+        return tenant in self._by_id and bool(rest) and not _served_by_group(path, self._harnesses)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.handles(scope):
             await self._app(scope, receive, send)
             return
         path: str = scope["path"]
         method: str = scope["method"]
-        if path == CARD_PATH and method in ("GET", "HEAD"):
+        if path == CARD_PATH:
             card = MessageToDict(stub_card(self._harnesses))
             await JSONResponse(card, headers={"Cache-Control": "public, max-age=300"})(
                 scope, receive, send
             )
             return
-        if path == "/" and method == "POST":
+        if path == "/":
             await self._rpc(scope, receive, send)
             return
         tenant, _, rest = path[1:].partition("/")
-        harness = self._by_id.get(tenant)
-        if harness is not None and rest == "extendedAgentCard" and method == "GET":
+        harness = self._by_id[tenant]
+        if rest == "extendedAgentCard" and method == "GET":
             await self._extended_card(harness, None, scope, receive, send)
             return
-        if harness is not None and rest and not _served_by_group(path, self._harnesses):
-            # HTTP+JSON of a tenant: the agent's own route, under its prefix.
-            await self._app(_at(scope, f"{harness.prefix}/{rest}"), receive, send)
-            return
-        await self._app(scope, receive, send)
+        # HTTP+JSON of a tenant: the agent's own route, under its prefix.
+        await self._app(_at(scope, f"{harness.prefix}/{rest}"), receive, send)
 
     async def _route_rpc(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)

@@ -198,3 +198,42 @@ def test_without_fastapi_the_module_names_the_extra_to_install(anyio_backend: st
         "install the a2a-harness 'fastapi' extra (in a checkout: pip install -e '.[fastapi]')"
         in out
     )
+
+
+async def test_a_fastapi_app_serves_its_agents_as_tenants_of_its_root(
+    tmp_path: Path, temporal_address: str
+):
+    """Given two agents' routers and ``tenant_router`` in one FastAPI app
+    When a client walks from the root's stub card to a tenant's card and sends to it
+    Then the tenant's agent answers; a path of no tenant is a 404 (not a loop)."""
+    from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+    from a2a.types import GetExtendedAgentCardRequest, SendMessageRequest
+
+    from harness_asgi.fastapi import tenant_router
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    harnesses = [
+        Harness(
+            agent_settings(tmp_path / name, temporal_address, name, server={"base_url": base}),
+            model=ScriptedModel([f"{name} answers"]),
+            prefix=f"/agents/{name}",
+        )
+        for name in ("north", "south")
+    ]
+    app = FastAPI()
+    for harness in harnesses:
+        app.include_router(harness_router(harness))
+    app.include_router(tenant_router(harnesses))
+    headers = {"A2A-Version": "1.0"}
+    async with serving_app(app, port), httpx.AsyncClient(timeout=30, headers=headers) as http:
+        stub = await A2ACardResolver(http, base).get_agent_card()
+        root = ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(stub)
+        card = await root.get_extended_agent_card(GetExtendedAgentCardRequest(tenant="south"))
+        client = ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)
+        request = SendMessageRequest(message=user_message("hi"), tenant="south")
+        [event] = [e async for e in client.send_message(request)]
+        nowhere = await http.get(f"{base}/nosuch/tasks")
+    assert [s.id for s in stub.skills] == ["north", "south"]
+    assert event.task.status.message.parts[0].text == "south answers"
+    assert nowhere.status_code == 404
