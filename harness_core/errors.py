@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "CardSigningError",
     "ConfigError",
     "EmbeddedTemporalError",
     "HarnessAlreadyStartedError",
@@ -17,6 +18,7 @@ __all__ = [
     "HarnessNotStartedError",
     "HarnessStoppedError",
     "InvalidRequestValueError",
+    "SigningKeyError",
     "TaskBusyError",
     "TaskClosedError",
     "TaskNotCancelableError",
@@ -31,6 +33,16 @@ class HarnessError(Exception):
 
 class ConfigError(HarnessError):
     """A configuration file or value is wrong; the message names the file, the key and what is allowed."""
+
+
+class SigningKeyError(ConfigError):
+    """The card signing key is not a private Ed25519 JWK with a kid, or two keys share a kid; the
+    message says what is wrong and never shows the key."""
+
+
+class CardSigningError(HarnessError):
+    """A card cannot be signed so that every verifier accepts it: a REQUIRED field is empty, or
+    the SDK would serve it with v0.3 fields the signature does not cover."""
 
 
 class HarnessConflictError(HarnessError):

@@ -58,14 +58,7 @@ def validate(settings: Settings, label: str) -> None:
         raise bad_value(
             label, "temporal.task_queue", temporal.task_queue, "must not be blank; leave it out"
         )
-    if temporal.api_key_env is not None and not re.fullmatch(
-        _ENV_NAME_PATTERN, temporal.api_key_env
-    ):
-        # Deliberately no value in the message: a malformed "name" may be the key itself.
-        raise ConfigError(
-            f"{label}: 'temporal.api_key_env' must be the name of an environment variable "
-            "(letters, digits and '_', not starting with a digit), not the key itself"
-        )
+    _check_env_name(temporal.api_key_env, "temporal.api_key_env", label)
     if temporal.mode == "embedded":
         remote_only = {
             "address": temporal.address,
@@ -172,6 +165,8 @@ def validate(settings: Settings, label: str) -> None:
             label, "delegation.stream_for", stream_for, f"be between 0 and {MAX_STREAM_FOR:g}s"
         )
 
+    _check_env_name(settings.card.signing_key_env, "card.signing_key_env", label)
+
     retention = settings.retention
     if retention.idle_timeout and retention.idle_timeout < 1:
         raise bad_duration(
@@ -232,12 +227,7 @@ def _validate_model(model: ModelConfig, label: str) -> None:
     for index, spec in enumerate(model.tools):
         if re.fullmatch(_IMPORT_PATTERN, spec) is None:
             raise bad_value(label, f"model.tools[{index}]", spec, _IMPORT_HINT)
-    if model.api_key_env is not None and not re.fullmatch(_ENV_NAME_PATTERN, model.api_key_env):
-        # No value in the message: a malformed "name" may be the key itself.
-        raise ConfigError(
-            f"{label}: 'model.api_key_env' must be the name of an environment variable "
-            "(letters, digits and '_', not starting with a digit), not the key itself"
-        )
+    _check_env_name(model.api_key_env, "model.api_key_env", label)
     if model.base_url is not None:
         problem = url_problem(model.base_url.rstrip("/"))
         if problem is not None:
@@ -246,3 +236,13 @@ def _validate_model(model: ModelConfig, label: str) -> None:
         raise bad_value(label, "model.max_steps", model.max_steps, "must be at least 1")
     if model.turn_budget <= 0:
         raise bad_duration(label, "model.turn_budget", model.turn_budget, "be more than 0")
+
+
+def _check_env_name(name: str | None, key: str, label: str) -> None:
+    """``key`` names an environment variable (or nothing); a secret's value never goes in the file."""
+    if name is not None and not re.fullmatch(_ENV_NAME_PATTERN, name):
+        # Deliberately no value in the message: a malformed "name" may be the key itself.
+        raise ConfigError(
+            f"{label}: '{key}' must be the name of an environment variable "
+            "(letters, digits and '_', not starting with a digit), not the key itself"
+        )

@@ -18,6 +18,7 @@ import attrs
 
 from harness_core.config.sections import (
     AgentConfig,
+    CardConfig,
     DelegationConfig,
     EmbeddedConfig,
     HeartbeatConfig,
@@ -48,6 +49,7 @@ for _cls in (
     RetentionConfig,
     PushConfig,
     DelegationConfig,
+    CardConfig,
     RemoteAgentConfig,
     Settings,
 ):

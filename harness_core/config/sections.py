@@ -14,6 +14,7 @@ import attrs
 
 __all__ = [
     "AgentConfig",
+    "CardConfig",
     "DelegationConfig",
     "EmbeddedConfig",
     "HeartbeatConfig",
@@ -128,6 +129,15 @@ class PushConfig:
     # a private network push to each other without opening it to clients' webhooks.
     agent_hosts: tuple[str, ...] = ()
     timeout: float = 10.0  # seconds one webhook call may take
+
+
+@attrs.frozen
+class CardConfig:
+    """``[card]``: how the agent card is served."""
+
+    # The NAME of the variable holding the private Ed25519 JWK (with a kid) that signs the card;
+    # None means the card is served unsigned.
+    signing_key_env: str | None = None
 
 
 @attrs.frozen

@@ -14,6 +14,7 @@ import attrs
 
 from harness_core.config.sections import (
     AgentConfig,
+    CardConfig,
     DelegationConfig,
     HeartbeatConfig,
     ModelConfig,
@@ -44,6 +45,7 @@ class Settings:
     retention: RetentionConfig = attrs.field(factory=RetentionConfig)
     push: PushConfig = attrs.field(factory=PushConfig)
     delegation: DelegationConfig = attrs.field(factory=DelegationConfig)
+    card: CardConfig = attrs.field(factory=CardConfig)
     agents: tuple[RemoteAgentConfig, ...] = ()
     # Set by the loader, never read from TOML.
     source: Path | None = None
@@ -122,6 +124,16 @@ class Settings:
         when no variable is configured); the error names the variable, never a value."""
         return self._secret(self.model.api_key_env, "model server's API key", "model.api_key_env")
 
+    def card_signing_key(self) -> str | None:
+        """Read the card's signing key (a private JWK, as JSON text) from the variable
+        ``card.signing_key_env`` names (None when no variable is configured); the error names the
+        variable, never a value. ``harness_asgi.signing`` checks what the text holds."""
+        return self._secret(
+            self.card.signing_key_env,
+            "card signing key, a private Ed25519 JWK",
+            "card.signing_key_env",
+        )
+
     def _secret(self, name: str | None, what: str, key: str) -> str | None:
         if name is None:
             return None
@@ -129,7 +141,7 @@ class Settings:
         if value is None or not value.strip():
             state = "not set" if value is None else "empty"
             raise ConfigError(
-                f"{self._label}: environment variable {name} is {state}; it must hold the "
+                f"{self.label}: environment variable {name} is {state}; it must hold the "
                 f"{what} ({key} names it)"
             )
         # A trailing newline from `$(cat keyfile)` would otherwise end up in the auth header.
@@ -148,7 +160,8 @@ class Settings:
         return self.store_path.parent / "temporal-payloads"
 
     @property
-    def _label(self) -> str:
+    def label(self) -> str:
+        """What errors about these settings name: the file, or ``<settings>`` without one."""
         return str(self.source) if self.source is not None else NO_FILE
 
     def _absolute(self, path: Path) -> Path:
@@ -159,4 +172,4 @@ class Settings:
         try:
             return split_host_port(self.server.bind)
         except ValueError as exc:
-            raise bad_value(self._label, "server.bind", self.server.bind, str(exc)) from None
+            raise bad_value(self.label, "server.bind", self.server.bind, str(exc)) from None

@@ -208,7 +208,7 @@ def test_an_unknown_section_lists_the_allowed_sections(tmp_path: Path) -> None:
     message = error_for(tmp_path, "[servr]\nbind = 1\n")
 
     assert message.endswith(
-        "unknown section 'servr' (allowed: agent, temporal, server, store, heartbeat, model, retention, push, delegation, agents)"
+        "unknown section 'servr' (allowed: agent, temporal, server, store, heartbeat, model, retention, push, delegation, card, agents)"
     )
 
 
@@ -346,6 +346,30 @@ def test_a_missing_or_empty_api_key_variable_is_named_without_a_value(
         settings.api_key()
 
     assert str(caught.value).startswith(str(settings.source))
+
+
+def test_the_card_section_names_the_signing_key_variable_and_nothing_else(tmp_path: Path) -> None:
+    assert load_settings(write(tmp_path, "")).card.signing_key_env is None
+    assert (
+        load_settings(
+            write(tmp_path, '[card]\nsigning_key_env = "CARD_KEY"\n')
+        ).card.signing_key_env
+        == "CARD_KEY"
+    )
+
+    message = error_for(tmp_path, f'[card]\nsigning_key = "{SECRET}"\n')
+
+    assert SECRET not in message
+    assert message.endswith("unknown key 'card.signing_key' (allowed in [card]: signing_key_env)")
+
+
+def test_a_signing_key_env_holding_something_other_than_a_name_is_not_echoed(
+    tmp_path: Path,
+) -> None:
+    message = error_for(tmp_path, '[card]\nsigning_key_env = "{\\"kty\\": \\"OKP\\"}"\n')
+
+    assert "OKP" not in message
+    assert "'card.signing_key_env' must be the name of an environment variable" in message
 
 
 def test_tls_can_be_turned_off_explicitly_with_an_api_key(tmp_path: Path) -> None:
