@@ -46,6 +46,7 @@ from harness_asgi.guard import Refusal, StreamGate, guard_routes, load_json, rea
 from harness_asgi.handler import HarnessRequestHandler
 from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, identify
 from harness_asgi.limits import LimitsMiddleware, RateLimiter
+from harness_asgi.signing import JWKS_PATH, CardSigner, create_jwks_routes
 from harness_asgi.tenants import TenantEndpoint
 from harness_core.harness import AgentState, Harness
 from harness_core.logs import agent_context
@@ -112,13 +113,22 @@ def build_routes(harness: Harness) -> HarnessRoutes:
     card = build_agent_card(harness)
     handler = HarnessRequestHandler(harness)
     builder = HarnessContextBuilder()
+    # [card] signing_key_env: a bad key fails here, before anything is served.
+    signer = CardSigner.from_settings(harness.settings)
+    signed: list[AgentCard] = []
 
     async def current_card(_: AgentCard) -> AgentCard:
         # The public URL can change once (a server bound to port 0 learns its port).
         nonlocal card
         if card.supported_interfaces[1].url != harness.public_url:
             card = build_agent_card(harness)
-        return card
+            signed.clear()
+        if signer is None:
+            return card
+        if not signed:
+            # The document served, signed once: its key set is beside it, under the prefix.
+            signed.append(signer.sign(card, harness.public_url + JWKS_PATH))
+        return signed[0]
 
     monitor: list[BaseRoute] = []
     if harness.routes.monitor:
@@ -136,7 +146,8 @@ def build_routes(harness: Harness) -> HarnessRoutes:
         card=[
             *create_agent_card_routes(
                 card, card_modifier=current_card, cache_control=CARD_CACHE_CONTROL
-            )
+            ),
+            *(create_jwks_routes(signer.jwks()) if signer is not None else ()),
         ],
         monitor=monitor,
         push=[Route("/a2a/push/{standin}", _push_endpoint(harness), methods=["POST"])],
@@ -212,7 +223,7 @@ _CARD_PATH = "/.well-known/agent-card.json"
 def needs_identity(route_path: str) -> bool:
     """Whether a request to ``route_path`` (below the prefix) is an A2A call."""
     return not (
-        route_path in (_CARD_PATH, "/_monitor")
+        route_path in (_CARD_PATH, JWKS_PATH, "/_monitor")
         or route_path.startswith("/a2a/push/")
         or route_path == "/ui"
         or route_path.startswith("/ui/")

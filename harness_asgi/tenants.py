@@ -12,6 +12,9 @@ group's root therefore is also an A2A endpoint whose tenants are its agents (A2A
   caller the agent admits (a2a-sdk does not check authentication on this method: it is checked
   here). Any other method is served by the agent itself, exactly as under its prefix.
 - ``/{tenant}/...`` (HTTP+JSON): the agent's REST routes.
+- ``GET /.well-known/jwks.json``: the public keys of every agent that signs its card
+  (``[card] signing_key_env``); the stub card is signed with the first agent's key, each tenant's
+  card with its own, their ``jku`` naming this key set.
 
 No tenant, or one that is no agent's, is ``-32602`` in our words; the message names
 ``params.tenant`` and ``GetExtendedAgentCard``. A task started through a tenant and one started
@@ -33,6 +36,7 @@ from harness_asgi.card import build_agent_card, card_version
 from harness_asgi.guard import INVALID_PARAMS, Refusal, load_json
 from harness_asgi.identity import IDENTITY_KEY, Identity, identify
 from harness_asgi.limits import LimitsMiddleware, json_error
+from harness_asgi.signing import JWKS_CACHE_CONTROL, JWKS_PATH, CardSigner, combined_jwks
 from harness_core.harness import AgentState, Harness
 
 __all__ = ["TenantEndpoint", "stub_card", "tenant_card"]
@@ -119,6 +123,12 @@ class TenantEndpoint:
         self._app = app
         self._harnesses = list(harnesses)
         self._by_id: Mapping[str, Harness] = {h.agent_id: h for h in harnesses}
+        # Each agent's card key; the root's key set holds them all, and the stub card is signed
+        # with the first agent's key there is.
+        self._signers = {h.agent_id: CardSigner.from_settings(h.settings) for h in harnesses}
+        present = [signer for signer in self._signers.values() if signer is not None]
+        self._jwks = combined_jwks(present) if present else None
+        self._stub_signer = present[0] if present else None
         # The root reads a JSON-RPC body to route it: as much as the most generous agent takes.
         self._rpc = LimitsMiddleware(
             self._route_rpc,
@@ -134,6 +144,8 @@ class TenantEndpoint:
         method: str = scope["method"]
         if path == CARD_PATH:
             return method in ("GET", "HEAD")
+        if path == JWKS_PATH:
+            return method in ("GET", "HEAD") and self._jwks is not None
         if path == "/":
             return method == "POST"
         tenant, _, rest = path[1:].partition("/")
@@ -146,8 +158,13 @@ class TenantEndpoint:
         path: str = scope["path"]
         method: str = scope["method"]
         if path == CARD_PATH:
-            card = MessageToDict(stub_card(self._harnesses))
-            await JSONResponse(card, headers={"Cache-Control": "public, max-age=300"})(
+            stub = self._signed(stub_card(self._harnesses), self._stub_signer)
+            await JSONResponse(
+                MessageToDict(stub), headers={"Cache-Control": "public, max-age=300"}
+            )(scope, receive, send)
+            return
+        if path == JWKS_PATH:
+            await JSONResponse(self._jwks, headers={"Cache-Control": JWKS_CACHE_CONTROL})(
                 scope, receive, send
             )
             return
@@ -209,10 +226,16 @@ class TenantEndpoint:
             message = f"tenant {harness.agent_id!r} admits no anonymous caller"
             await json_error(401, message)(scope, receive, send)
             return
-        card = MessageToDict(tenant_card(harness))
+        card = MessageToDict(self._signed(tenant_card(harness), self._signers[harness.agent_id]))
         rpc = scope["method"] == "POST"
         answer = {"jsonrpc": "2.0", "id": request_id, "result": card} if rpc else card
         await JSONResponse(answer)(scope, receive, send)
+
+    def _signed(self, card: AgentCard, signer: CardSigner | None) -> AgentCard:
+        """``card`` signed with ``signer`` (as it is served), its key set at the root."""
+        if signer is None:
+            return card
+        return signer.sign(card, root_url(self._harnesses[0]) + JWKS_PATH)
 
 
 def _served_by_group(path: str, harnesses: Sequence[Harness]) -> bool:
