@@ -20,6 +20,7 @@ from harness_core.config.checks import MAX_STREAM_FOR
 from harness_core.config.loading import load_settings, settings_from_mapping
 from harness_core.config.sections import (
     AgentConfig,
+    AuthConfig,
     CardConfig,
     DelegationConfig,
     EmbeddedConfig,
@@ -38,6 +39,7 @@ from harness_core.config.values import parse_duration, split_host_port
 __all__ = [
     "MAX_STREAM_FOR",
     "AgentConfig",
+    "AuthConfig",
     "CardConfig",
     "DelegationConfig",
     "EmbeddedConfig",

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import re
 
-from harness_core.config.sections import ModelConfig
+from harness_core.config.sections import AuthConfig, ModelConfig
 from harness_core.config.settings import Settings
-from harness_core.config.values import origin_problem, split_host_port, url_problem
+from harness_core.config.values import (
+    gateway_origin_problem,
+    origin_problem,
+    split_host_port,
+    url_problem,
+)
 from harness_core.config.wording import bad_duration, bad_value
 from harness_core.errors import ConfigError
 
@@ -189,6 +194,32 @@ def validate(settings: Settings, label: str) -> None:
             f'(kind is "{model.kind}")'
         )
     _validate_model(model, label)
+    _validate_auth(settings.auth, label)
+
+
+def _validate_auth(auth: AuthConfig, label: str) -> None:
+    for index, origin in enumerate(auth.gateway_origins):
+        problem = gateway_origin_problem(origin)
+        if problem is not None:
+            raise bad_value(label, f"auth.gateway_origins[{index}]", origin, problem)
+    if auth.audience is not None and not auth.audience.strip():
+        raise bad_value(
+            label,
+            "auth.audience",
+            auth.audience,
+            "must not be blank; leave it out for the endpoint URL",
+        )
+    for key in ("identity_claim", "tenant_claim"):
+        name: str = getattr(auth, key)
+        if not name.strip():
+            raise bad_value(label, f"auth.{key}", name, "must not be blank; leave it out")
+    if auth.identity_claim == auth.tenant_claim:
+        raise bad_value(
+            label,
+            "auth.tenant_claim",
+            auth.tenant_claim,
+            "must differ from auth.identity_claim (one claim holds the caller, the other the tenant)",
+        )
 
 
 def _validate_model(model: ModelConfig, label: str) -> None:

@@ -18,6 +18,7 @@ import attrs
 
 from harness_core.config.sections import (
     AgentConfig,
+    AuthConfig,
     CardConfig,
     DelegationConfig,
     EmbeddedConfig,
@@ -50,6 +51,7 @@ for _cls in (
     PushConfig,
     DelegationConfig,
     CardConfig,
+    AuthConfig,
     RemoteAgentConfig,
     Settings,
 ):

@@ -14,6 +14,7 @@ import attrs
 
 __all__ = [
     "AgentConfig",
+    "AuthConfig",
     "CardConfig",
     "DelegationConfig",
     "EmbeddedConfig",
@@ -39,6 +40,20 @@ class AgentConfig:
     # declaration, else what its kind handles (text/plain for echo, scripted and custom agents).
     input_modes: tuple[str, ...] = ()
     output_modes: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class AuthConfig:
+    """``[auth]``: gateway tokens, bearer EdDSA JWTs whose keys a listed gateway serves."""
+
+    # Gateways whose tokens are accepted: origins like "gateway.example.com" (read as https://);
+    # a token's jku and iss must both be one of them. Empty: gateway tokens are off.
+    gateway_origins: tuple[str, ...] = ()
+    audience: str | None = None  # the aud a token must carry; None means the endpoint's URL
+    # Where the token carries the caller (an object whose "key" becomes the participant) and the
+    # tenant it may address. An override moves a claim: override both names or neither.
+    identity_claim: str = "https://loopingai.org/identity"
+    tenant_claim: str = "https://loopingai.org/tenant"
 
 
 @attrs.frozen

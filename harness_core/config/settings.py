@@ -14,6 +14,7 @@ import attrs
 
 from harness_core.config.sections import (
     AgentConfig,
+    AuthConfig,
     CardConfig,
     DelegationConfig,
     HeartbeatConfig,
@@ -46,6 +47,7 @@ class Settings:
     push: PushConfig = attrs.field(factory=PushConfig)
     delegation: DelegationConfig = attrs.field(factory=DelegationConfig)
     card: CardConfig = attrs.field(factory=CardConfig)
+    auth: AuthConfig = attrs.field(factory=AuthConfig)
     agents: tuple[RemoteAgentConfig, ...] = ()
     # Set by the loader, never read from TOML.
     source: Path | None = None
