@@ -45,7 +45,7 @@ from harness_asgi.card import build_agent_card
 from harness_asgi.guard import Refusal, StreamGate, guard_routes, load_json, read_body
 from harness_asgi.handler import HarnessRequestHandler
 from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, identify
-from harness_asgi.limits import LimitsMiddleware, RateLimiter
+from harness_asgi.limits import LimitsMiddleware, RateLimiter, json_error
 from harness_asgi.signing import JWKS_PATH, CardSigner, create_jwks_routes
 from harness_asgi.tenants import TenantEndpoint
 from harness_core.harness import AgentState, Harness
@@ -312,9 +312,11 @@ class _Identify:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and needs_identity(route_path(scope)):
-            error = identify(self._harness, scope)
-            if error is not None:
-                await _error(*error)(scope, receive, send)
+            refused = await identify(self._harness, scope)
+            if refused is not None:
+                await json_error(refused.status, refused.message, refused.headers)(
+                    scope, receive, send
+                )
                 return
         await self._app(scope, receive, send)
 
@@ -524,8 +526,13 @@ def group_app(group: HarnessGroup) -> ASGIApp:
         )
 
     app = Starlette(routes=[Route("/", index, methods=["GET"]), *routes])
-    # The root is also a tenant endpoint: one card per origin, every agent a tenant of it.
-    return TenantEndpoint(app, harnesses)
+    # The root is also a tenant endpoint: one card per origin, every agent a tenant of it. Its
+    # own routes read a body whole before they answer, as every agent's do.
+    return LimitsMiddleware(
+        TenantEndpoint(app, harnesses),
+        max_request_bytes=max(h.settings.server.max_request_bytes for h in harnesses),
+        limiter=None,
+    )
 
 
 def card_url(harness: Harness) -> str:

@@ -232,10 +232,11 @@ class _Guard:
         own_path = str(getattr(route, "path", ""))[len(harness.prefix) :]
         if not needs_identity(own_path):
             return
-        error = identify(harness, request.scope)
-        if error is not None:
-            status, detail = error
-            raise HTTPException(status_code=status, detail=detail)
+        refused = await identify(harness, request.scope)
+        if refused is not None:
+            raise HTTPException(
+                status_code=refused.status, detail=refused.message, headers=refused.headers
+            )
 
     async def _limit(self, request: Request) -> None:
         if self._limiter is not None:

@@ -26,6 +26,7 @@ holds the token or key material. Nothing here knows HTTP requests; the app decid
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -43,6 +44,7 @@ import jwt
 from harness_asgi.guard import Refusal, load_json
 from harness_core.config.values import gateway_origin, web_origin
 from harness_core.errors import HarnessError
+from harness_core.urls import http_client
 
 __all__ = [
     "ALGORITHMS",
@@ -139,7 +141,7 @@ class JwksCache:
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: httpx.AsyncClient | None = None,
         *,
         max_urls: int = 32,
         max_age: float = 600.0,
@@ -228,13 +230,18 @@ class JwksCache:
         try:
             # The whole answer, however slowly its bytes come, gets the one timeout.
             with anyio.fail_after(self._timeout):
-                async with self._client.stream(
-                    "GET",
-                    jku,
-                    headers={"accept": "application/jwk-set+json, application/json"},
-                    # A redirect could leave the allow-listed origin.
-                    follow_redirects=False,
-                ) as response:
+                async with contextlib.AsyncExitStack() as stack:
+                    # Without a client of the caller's, one for this fetch (fetches are rare).
+                    client = self._client or await stack.enter_async_context(http_client())
+                    response = await stack.enter_async_context(
+                        client.stream(
+                            "GET",
+                            jku,
+                            headers={"accept": "application/jwk-set+json, application/json"},
+                            # A redirect could leave the allow-listed origin.
+                            follow_redirects=False,
+                        )
+                    )
                     if response.status_code != 200:
                         raise GatewayAuthError(f"{where} answered HTTP {response.status_code}")
                     async for chunk in response.aiter_bytes():

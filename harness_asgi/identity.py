@@ -7,6 +7,9 @@ Two modes (seed: mount-design, HarnessContextBuilder and strict ``sender_of``):
 * Strict mode (``Harness(participant=resolver)``): the host's resolver names the participant from its own
   authentication; the header is never read. A resolver that raises answers 500 and never falls back to the
   header. A caller the resolver does not name may send no message and reads no task.
+* Gateway mode (``[auth] gateway_origins``): a bearer JWT of a listed gateway (``harness_asgi.gateway``)
+  names the participant (its identity claim's ``key``) and the tenant (the agent) it is for; the header
+  is never read. A missing, forged or foreign token is a 401 with ``WWW-Authenticate``, before any route.
 
 The identity is decided once per request, before any route runs (by ``HarnessApp`` or the FastAPI
 router's dependency), and kept in the ASGI scope, where the context builder finds it.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from weakref import WeakKeyDictionary
 
 import attrs
 from a2a.server.context import ServerCallContext
@@ -23,6 +27,13 @@ from a2a.server.routes import DefaultServerCallContextBuilder
 from starlette.requests import Request
 from starlette.types import Scope
 
+from harness_asgi.gateway import (
+    GatewayAuthError,
+    JwksCache,
+    bearer_token,
+    check_tenant,
+    verify_gateway_token,
+)
 from harness_core.harness import Harness
 
 __all__ = [
@@ -30,8 +41,10 @@ __all__ = [
     "IDENTITY_STATE_KEY",
     "NOBODY",
     "PARTICIPANT_HEADER",
+    "VIA_ROOT_KEY",
     "HarnessContextBuilder",
     "Identity",
+    "Refused",
     "identify",
     "identity_of",
     "resolve_identity",
@@ -66,12 +79,10 @@ NOBODY = Identity(participant=None, strict=True)
 
 #: The longest participant id taken, in characters.
 MAX_PARTICIPANT = 256
-#: Participant ids of this form name agents (the answers of delegations): no caller may take one.
-AGENT_PREFIX = "agent:"
 
 
 class ParticipantRefused(ValueError):
-    """A participant id that is not one: too long, with control characters, or an agent's."""
+    """A participant id that is not one: too long, or with control characters."""
 
 
 def _checked(value: str) -> str:
@@ -79,8 +90,6 @@ def _checked(value: str) -> str:
         raise ParticipantRefused(f"a participant id is at most {MAX_PARTICIPANT} characters")
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ParticipantRefused("a participant id may not hold control characters")
-    if value.lower().startswith(AGENT_PREFIX):
-        raise ParticipantRefused(f"participant ids starting with {AGENT_PREFIX!r} name agents")
     return value
 
 
@@ -98,21 +107,76 @@ def resolve_identity(harness: Harness, scope: Scope) -> Identity:
     return identity
 
 
-def identify(harness: Harness, scope: Scope) -> tuple[int, str] | None:
-    """``resolve_identity``, for the app and the router alike: None when it worked, else the
-    HTTP status and the client's error text (a refused id says why; a failing resolver gives a
-    request id only, and its exception is logged with it)."""
+@attrs.frozen
+class Refused:
+    """Why a request has no identity: its HTTP status, our words, and headers to answer with."""
+
+    status: int
+    message: str
+    headers: dict[str, str] = attrs.field(factory=dict[str, str])
+
+
+#: Where the tenant root marks a request it hands on to an agent (the token's audience is then
+#: the root's URL, not the agent's own).
+VIA_ROOT_KEY = "harness.via_root"
+_GATEWAY_CHALLENGE = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
+_JWKS: WeakKeyDictionary[Harness, JwksCache] = WeakKeyDictionary()
+
+
+async def _gateway_identity(harness: Harness, scope: Scope) -> Identity | Refused:
+    """The participant a gateway's bearer token names for this agent, or why there is none."""
+    auth = harness.settings.auth
+    token = bearer_token(Request(scope).headers.get("authorization"))
+    if token is None:
+        return Refused(401, "unauthorized: missing gateway bearer token", _GATEWAY_CHALLENGE)
+    via_root = scope.get(VIA_ROOT_KEY)
+    audience = auth.audience or (via_root if isinstance(via_root, str) else harness.public_url)
+    jwks = _JWKS.get(harness)
+    if jwks is None:
+        jwks = _JWKS[harness] = JwksCache()
     try:
+        verified = await verify_gateway_token(
+            token,
+            allowed_origins=auth.gateway_origins,
+            audience=audience,
+            jwks=jwks,
+            identity_claim=auth.identity_claim,
+            tenant_claim=auth.tenant_claim,
+        )
+        check_tenant(verified, harness.agent_id)
+    except GatewayAuthError as refused:
+        log.info("agent %s: refused a gateway token: %s", harness.agent_id, refused)
+        return Refused(401, f"unauthorized: {refused}", _GATEWAY_CHALLENGE)
+    except Exception:
+        log.exception("agent %s: verifying a gateway token failed", harness.agent_id)
+        return Refused(401, "unauthorized: verification failed", _GATEWAY_CHALLENGE)
+    if not verified.identity_key:
+        return Refused(400, "bad request: gateway identity missing key")
+    return Identity(participant=_checked(verified.identity_key), strict=True)
+
+
+async def identify(harness: Harness, scope: Scope) -> Refused | None:
+    """Decide the request's identity (``resolve_identity``, or a gateway's token) and keep it in
+    the scope, for the app and the router alike: None when it worked, else why not (a refused id
+    or token says why; a failing resolver gives a request id only, and its exception is logged
+    with it)."""
+    try:
+        if harness.settings.auth.gateway_origins:
+            found = await _gateway_identity(harness, scope)
+            if isinstance(found, Refused):
+                return found
+            scope[IDENTITY_KEY] = found
+            return None
         resolve_identity(harness, scope)
     except ParticipantRefused as refused:
         log.info("agent %s: refused a participant id: %s", harness.agent_id, refused)
-        return 400, f"{PARTICIPANT_HEADER}: {refused}"
+        return Refused(400, f"participant: {refused}")
     except Exception:
         request_id = uuid.uuid4().hex[:12]
         log.exception(
             "agent %s: the participant resolver failed (request %s)", harness.agent_id, request_id
         )
-        return 500, f"internal error (request {request_id})"
+        return Refused(500, f"internal error (request {request_id})")
     return None
 
 

@@ -23,7 +23,14 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["LimitsMiddleware", "RateLimiter", "declared_length", "discard_body", "json_error"]
+__all__ = [
+    "LimitsMiddleware",
+    "RateLimiter",
+    "declared_length",
+    "discard_body",
+    "json_error",
+    "replay_body",
+]
 
 log = logging.getLogger("harness.http")
 
@@ -141,7 +148,41 @@ class LimitsMiddleware:
             discard = declared if declared <= 2 * self.max_request_bytes else 0
             await _refuse_body(self.max_request_bytes, discard, scope, receive, send)
             return
+        if declared or _chunked(scope):
+            # The whole body before the app answers, whatever the route: an answer that races a
+            # body cut short (the server's own 400) can take the server down (Hypercorn's Trio
+            # runner: two tasks sending on one stream), and a body left unread closes the
+            # connection under a client that reuses it.
+            body = await self._read_body(scope, receive, send)
+            if body is None:
+                return
+            receive = replay_body(body, receive)
         await _BodyLimit(self, scope, receive, send).run()
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """The request's body, or None when it was refused (413) or the client left before it
+        ended (logged at INFO, nothing sent: nobody would read it)."""
+        chunks: list[bytes] = []
+        received = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                log.info(
+                    "%s %s: the client left before its body ended",
+                    scope.get("method"),
+                    scope.get("path"),
+                )
+                return None
+            chunk: bytes = message.get("body", b"")
+            received += len(chunk)
+            if received > self.max_request_bytes:
+                more = message.get("more_body", False)
+                limit = self.max_request_bytes
+                await _refuse_body(limit, limit if more else 0, scope, receive, send)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
 
 class _BodyLimit:
@@ -241,3 +282,22 @@ def declared_length(scope: Scope) -> int | None:
     if not text or not all(48 <= byte <= 57 for byte in text):
         raise ValueError("content-length is not a number")
     return int(text)
+
+
+def _chunked(scope: Scope) -> bool:
+    headers: list[tuple[bytes, bytes]] = list(scope["headers"])
+    return any(name.lower() == b"transfer-encoding" for name, _ in headers)
+
+
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives ``body`` (already read) first, then what the server says next."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

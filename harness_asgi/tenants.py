@@ -30,12 +30,12 @@ from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
 from google.protobuf.json_format import MessageToDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from harness_asgi.card import build_agent_card, card_version
 from harness_asgi.guard import INVALID_PARAMS, Refusal, load_json
-from harness_asgi.identity import IDENTITY_KEY, Identity, identify
-from harness_asgi.limits import LimitsMiddleware, json_error
+from harness_asgi.identity import IDENTITY_KEY, VIA_ROOT_KEY, Identity, identify
+from harness_asgi.limits import LimitsMiddleware, json_error, replay_body
 from harness_asgi.signing import JWKS_CACHE_CONTROL, JWKS_PATH, CardSigner, combined_jwks
 from harness_core.harness import AgentState, Harness
 
@@ -177,7 +177,7 @@ class TenantEndpoint:
             await self._extended_card(harness, None, scope, receive, send)
             return
         # HTTP+JSON of a tenant: the agent's own route, under its prefix.
-        await self._app(_at(scope, f"{harness.prefix}/{rest}"), receive, send)
+        await self._app(_at(scope, f"{harness.prefix}/{rest}", root_url(harness)), receive, send)
 
     async def _route_rpc(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -207,7 +207,9 @@ class TenantEndpoint:
         if envelope.get("method") == _EXTENDED:
             await self._extended_card(harness, request_id, scope, receive, send)
             return
-        await self._app(_at(scope, f"{harness.prefix}/"), _replay(body, receive), send)
+        await self._app(
+            _at(scope, f"{harness.prefix}/", root_url(harness)), replay_body(body, receive), send
+        )
 
     async def _extended_card(
         self, harness: Harness, request_id: Any, scope: Scope, receive: Receive, send: Send
@@ -217,9 +219,10 @@ class TenantEndpoint:
         if harness.state is not AgentState.READY:
             await json_error(503, f"agent {harness.agent_id} is not ready")(scope, receive, send)
             return
-        refused = identify(harness, scope)
+        scope[VIA_ROOT_KEY] = root_url(harness)
+        refused = await identify(harness, scope)
         if refused is not None:
-            await json_error(*refused)(scope, receive, send)
+            await json_error(refused.status, refused.message, refused.headers)(scope, receive, send)
             return
         identity = scope.get(IDENTITY_KEY)
         if not isinstance(identity, Identity) or not identity.admitted:
@@ -245,20 +248,7 @@ def _served_by_group(path: str, harnesses: Sequence[Harness]) -> bool:
     )
 
 
-def _at(scope: Scope, path: str) -> Scope:
-    """``scope`` for ``path`` instead (the agent's own route under its prefix)."""
-    return {**scope, "path": path, "raw_path": path.encode()}
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that gives the body already read, then what the server says (a disconnect)."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
+def _at(scope: Scope, path: str, root: str) -> Scope:
+    """``scope`` for ``path`` instead (the agent's own route under its prefix), marked as come
+    through the root at ``root`` (a gateway token's audience is then the root's URL)."""
+    return {**scope, "path": path, "raw_path": path.encode(), VIA_ROOT_KEY: root}

@@ -72,7 +72,8 @@ async def test_a_push_to_another_agents_delegation_is_refused_and_wakes_nothing(
         a_url = f"{url}/agents/{ids['a']}"
         async with a2a_client(a_url, streaming=False) as client:
             sent = await send_immediately(client, user_message("go"))
-            await gate.wait_entered()
+            with anyio.fail_after(60):  # the delegation reached d
+                await gate.wait_entered()
             standin = f"{sent.id}:delegate:1:1"
 
             forged = {
