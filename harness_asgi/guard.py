@@ -76,6 +76,8 @@ _BOOLEAN_QUERY = frozenset({"includeArtifacts", "include_artifacts"})
 # A field the protobuf parser names in its complaint ("Failed to parse pageSize field: ...").
 _FIELD = re.compile(r"Failed to parse (\w{1,64}) field")
 _MAX_DEPTH = 64
+# The members of a JSON-RPC 2.0 request.
+_ENVELOPE = frozenset({"jsonrpc", "id", "method", "params"})
 
 
 class Refusal(Exception):
@@ -164,6 +166,19 @@ def check_jsonrpc(headers: Mapping[str, str], body: bytes) -> str:
         raise Refusal(200, INVALID_REQUEST, "Invalid Request: a request is a JSON object")
     request: dict[str, Any] = data  # pyright: ignore[reportUnknownVariableType]
     request_id = request.get("id")
+    extra = sorted(set(request) - _ENVELOPE)
+    if extra:
+        # The SDK's library refuses them in its own words, with a traceback in the log.
+        shown = extra[0] if len(extra[0]) <= 64 else extra[0][:64] + "..."
+        raise Refusal(
+            200,
+            INVALID_REQUEST,
+            f"Invalid Request: unknown member {shown!r} (a request has jsonrpc, id, method and "
+            "params)",
+            request_id
+            if isinstance(request_id, str | int) and not isinstance(request_id, bool)
+            else None,
+        )
     if request_id is not None and (
         isinstance(request_id, bool) or not isinstance(request_id, str | int)
     ):

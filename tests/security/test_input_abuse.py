@@ -246,12 +246,14 @@ async def test_a_negative_or_non_numeric_last_event_id_is_invalid_params(
 # -- 4. a body shorter than its Content-Length ------------------------------------------------------
 
 
-async def truncated_request(url: str, path: str, headers: dict[str, str]) -> bytes:
-    """Send ``POST path`` with ``Content-Length: 1000`` and 10 bytes of body, close the sending
+async def truncated_request(
+    url: str, path: str, headers: dict[str, str], method: str = "POST"
+) -> bytes:
+    """Send ``method path`` with ``Content-Length: 1000`` and 10 bytes of body, close the sending
     half, and return whatever the server answers before it closes the connection."""
     parts = urlsplit(url)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    head = [f"POST {parts.path}{path} HTTP/1.1", f"Host: {host}:{port}", "Content-Length: 1000"]
+    head = [f"{method} {parts.path}{path} HTTP/1.1", f"Host: {host}:{port}", "Content-Length: 1000"]
     head += [f"{name}: {value}" for name, value in headers.items()]
     request = ("\r\n".join(head) + "\r\n\r\n").encode() + b'{"jsonrpc"'
     received = b""
@@ -440,4 +442,54 @@ async def test_an_intruders_message_to_a_resting_task_is_not_found(
     assert view is not None
     assert view.state == "TASK_STATE_COMPLETED"
     assert len(view.task.get("history") or []) == 2
+    assert troubles(caplog) == []
+
+
+async def test_bodies_cut_short_on_routes_that_read_none_leave_the_server_up_and_quiet(
+    make_harness: MakeHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Given an agent
+    When clients send bodies cut short to routes that read no body (``GET /_monitor``, the REST
+    subscribe), eight at a time, over and over
+    Then no answer is a 500, nothing is logged at ERROR, and the server still answers. Before, the
+    app answered while the server sent its own 400 for the cut body: under Trio two tasks then
+    sent on one stream and the whole process died (BusyResourceError), and the REST subscribe
+    read the body itself and logged Starlette's ClientDisconnect with a traceback (a 500)."""
+    harness = make_harness(ScriptedModel(["unused"]))
+    async with serving(harness), httpx.AsyncClient(timeout=30) as http:
+        caplog.clear()
+        answers: list[bytes] = []
+
+        async def cut(path: str) -> None:
+            answers.append(await truncated_request(harness.public_url, path, ALICE, "GET"))
+
+        with anyio.fail_after(60):
+            for _ in range(15):
+                async with anyio.create_task_group() as tg:
+                    for n in range(8):
+                        tg.start_soon(cut, "/_monitor" if n % 2 else "/tasks/t-1:subscribe")
+        alive = await http.get(harness.public_url + "/_monitor")
+    statuses = [a.split(b"\r\n", 1)[0].decode(errors="replace") for a in answers]
+    assert [s for s in statuses if " 500 " in s + " "] == []
+    assert troubles(caplog) == []
+    assert alive.status_code == 200
+
+
+async def test_a_request_with_a_member_json_rpc_does_not_define_is_invalid_in_our_words(
+    make_harness: MakeHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An extra top-level member is -32600 naming it, with the request's id, and no traceback;
+    before, it reached the SDK's library, whose sentence (a Python set's repr) came back in
+    ``data`` and whose traceback was logged at ERROR."""
+    harness = make_harness(ScriptedModel(["unused"]))
+    async with serving(harness), httpx.AsyncClient(timeout=30) as http:
+        caplog.clear()
+        answer = await http.post(
+            harness.public_url + "/",
+            json={**rpc("GetTask", {"id": "x"}, request_id=9), "foo": 1},
+            headers=ALICE,
+        )
+    body = answer.json()
+    assert body["id"] == 9 and sorted(body["error"]) == ["code", "message"]
+    assert body["error"]["code"] == -32600 and "'foo'" in body["error"]["message"]
     assert troubles(caplog) == []
