@@ -46,7 +46,7 @@ from harness_asgi.guard import Refusal, StreamGate, guard_routes, load_json, rea
 from harness_asgi.handler import HarnessRequestHandler
 from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, identify
 from harness_asgi.limits import LimitsMiddleware, RateLimiter, json_error
-from harness_asgi.signing import JWKS_PATH, CardSigner, create_jwks_routes
+from harness_asgi.signing import JWKS_PATH, CardSigner, create_jwks_routes, register_local
 from harness_asgi.tenants import TenantEndpoint
 from harness_core.harness import AgentState, Harness
 from harness_core.logs import agent_context
@@ -115,6 +115,9 @@ def build_routes(harness: Harness) -> HarnessRoutes:
     builder = HarnessContextBuilder()
     # [card] signing_key_env: a bad key fails here, before anything is served.
     signer = CardSigner.from_settings(harness.settings)
+    if signer is not None:
+        # The agent's own tokens (its calls to siblings) are checked with this key, in-process.
+        register_local(harness, signer)
     signed: list[AgentCard] = []
 
     async def current_card(_: AgentCard) -> AgentCard:

@@ -42,6 +42,7 @@ import httpx
 import jwt
 
 from harness_asgi.guard import Refusal, load_json
+from harness_asgi.signing import local_signer
 from harness_core.config.values import gateway_origin, web_origin
 from harness_core.errors import HarnessError
 from harness_core.urls import http_client
@@ -332,6 +333,10 @@ async def verify_gateway_token(
     except jwt.PyJWTError as exc:
         raise GatewayAuthError(_refusal(exc, audience=audience, iss=iss)) from None
 
+    return _verified(payload, identity_claim, tenant_claim)
+
+
+def _verified(payload: dict[str, Any], identity_claim: str, tenant_claim: str) -> VerifiedToken:
     identity_value = payload.get(identity_claim)
     identity: dict[str, Any] = (
         dict(identity_value)  # pyright: ignore[reportUnknownArgumentType]
@@ -346,6 +351,45 @@ async def verify_gateway_token(
         identity_key=identity_key if isinstance(identity_key, str) else "",
         tenant=tenant if isinstance(tenant, str) else "",
     )
+
+
+def verify_local_agent_token(
+    token: str,
+    *,
+    audience: str,
+    identity_claim: str = IDENTITY_CLAIM,
+    tenant_claim: str = TENANT_CLAIM,
+) -> VerifiedToken | None:
+    """An agent token signed by an agent of this process (``harness_core.agent_tokens``): its
+    claims, once checked with that agent's key (no fetch: the process holds it), or None when the
+    token names no key set of this process. Signature, ``iss`` (the ``jku``'s origin), ``aud`` and
+    ``exp`` are checked as for a gateway's token; raises :class:`GatewayAuthError`."""
+    if len(token) > MAX_TOKEN_CHARS:
+        return None
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError:
+        return None
+    jku = header.get("jku")
+    signer = local_signer(jku) if isinstance(jku, str) else None
+    if signer is None or not isinstance(jku, str):
+        return None
+    if header.get("alg") not in ALGORITHMS or header.get("kid") != signer.kid:
+        raise GatewayAuthError("agent token is not signed with its agent's card key")
+    issuer = web_origin(jku)
+    try:
+        payload = jwt.decode(
+            token,
+            jwt.PyJWK(dict(signer.public_jwk)),
+            algorithms=list(ALGORITHMS),
+            audience=audience,
+            issuer=issuer,
+            leeway=0,
+            options={"require": ["exp", "iss", "aud"]},
+        )
+    except jwt.PyJWTError as exc:
+        raise GatewayAuthError(_refusal(exc, audience=audience, iss=issuer)) from None
+    return _verified(payload, identity_claim, tenant_claim)
 
 
 def check_tenant(verified: VerifiedToken, addressed_tenant: str) -> None:

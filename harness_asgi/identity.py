@@ -33,6 +33,7 @@ from harness_asgi.gateway import (
     bearer_token,
     check_tenant,
     verify_gateway_token,
+    verify_local_agent_token,
 )
 from harness_core.harness import Harness
 
@@ -155,12 +156,45 @@ async def _gateway_identity(harness: Harness, scope: Scope) -> Identity | Refuse
     return Identity(participant=_checked(verified.identity_key), strict=True)
 
 
+def _agent_identity(harness: Harness, scope: Scope) -> Identity | Refused | None:
+    """The participant another agent of this process calls for, from its signed token (in any
+    mode), or None when the request carries no such token."""
+    token = bearer_token(Request(scope).headers.get("authorization"))
+    if token is None:
+        return None
+    auth = harness.settings.auth
+    via_root = scope.get(VIA_ROOT_KEY)
+    audience = auth.audience or (via_root if isinstance(via_root, str) else harness.public_url)
+    try:
+        verified = verify_local_agent_token(
+            token,
+            audience=audience,
+            identity_claim=auth.identity_claim,
+            tenant_claim=auth.tenant_claim,
+        )
+        if verified is None:
+            return None
+        check_tenant(verified, harness.agent_id)
+    except GatewayAuthError as refused:
+        log.info("agent %s: refused an agent token: %s", harness.agent_id, refused)
+        return Refused(401, f"unauthorized: {refused}", _GATEWAY_CHALLENGE)
+    if not verified.identity_key:
+        return Refused(400, "bad request: agent token identity missing key")
+    return Identity(participant=_checked(verified.identity_key), strict=True)
+
+
 async def identify(harness: Harness, scope: Scope) -> Refused | None:
     """Decide the request's identity (``resolve_identity``, or a gateway's token) and keep it in
     the scope, for the app and the router alike: None when it worked, else why not (a refused id
     or token says why; a failing resolver gives a request id only, and its exception is logged
     with it)."""
     try:
+        agent = _agent_identity(harness, scope)
+        if agent is not None:
+            if isinstance(agent, Refused):
+                return agent
+            scope[IDENTITY_KEY] = agent
+            return None
         if harness.settings.auth.gateway_origins:
             found = await _gateway_identity(harness, scope)
             if isinstance(found, Refused):

@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
+from weakref import WeakKeyDictionary
 
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.types import AgentCard
@@ -38,9 +39,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from harness_core.agent_tokens import JWKS_PATH
 from harness_core.config import Settings
 from harness_core.config.values import url_problem
 from harness_core.errors import CardSigningError, SigningKeyError
+from harness_core.harness import Harness
 
 __all__ = [
     "ALGORITHM",
@@ -55,7 +58,6 @@ __all__ = [
 #: The JWS algorithm of every card signature (RFC 8037's name, which verifiers still expect).
 ALGORITHM = "EdDSA"
 #: Where the JWKS is served, beside the card; the ``jku`` of a signature is its full URL.
-JWKS_PATH = "/.well-known/jwks.json"
 #: Keys change only when the agent restarts with another one, as the card does.
 JWKS_CACHE_CONTROL = "public, max-age=300"
 
@@ -247,3 +249,21 @@ def _check_signable(card: AgentCard) -> None:
             f"({merged}) that the signature does not cover, because an interface has an empty "
             "or 0.x protocol_version; give every interface protocol_version '1.0'"
         )
+
+
+_LOCAL: WeakKeyDictionary[Harness, CardSigner] = WeakKeyDictionary()
+"""The card keys of this process's agents: a token one of them signs is checked with its key,
+here, without a fetch (``harness_asgi.gateway.verify_local_agent_token``)."""
+
+
+def register_local(harness: Harness, signer: CardSigner) -> None:
+    """``harness`` signs with ``signer`` (its key set at ``<its URL>/.well-known/jwks.json``)."""
+    _LOCAL[harness] = signer
+
+
+def local_signer(jku: str) -> CardSigner | None:
+    """The key of the agent of this process whose key set is at ``jku``, if one is."""
+    for harness, signer in list(_LOCAL.items()):
+        if harness.public_url.rstrip("/") + JWKS_PATH == jku:
+            return signer
+    return None

@@ -22,6 +22,7 @@ from anyio.abc import TaskStatus
 from temporalio.client import Client
 
 from harness_core.activities import WORKER_GRACE, AgentActivities
+from harness_core.agent_tokens import AgentCredential
 from harness_core.agents.builtin import agent_from_config, model_loop_from_config
 from harness_core.agents.modes import LLM_INPUT_MODES, TEXT_MODES
 from harness_core.agents.turn import Agent, AgentFunction
@@ -270,6 +271,7 @@ class Harness:
                                 remote=self.remote,
                                 stream_for=settings.delegation.stream_for,
                                 live=self.live,
+                                credential=self._credential(),
                             ),
                             push=pusher,
                             delegates=self._delegates,
@@ -355,6 +357,21 @@ class Harness:
             turn_seconds=model.turn_budget,
             idle_seconds=self.settings.retention.idle_timeout,
             expired_state=f"TASK_STATE_{self.settings.retention.expired_state.upper()}",
+        )
+
+    def _credential(self) -> AgentCredential | None:
+        """The agent's own credential for its calls to other agents: tokens signed with its card
+        key (``[card] signing_key_env``), or None without one."""
+        key = self.settings.card_signing_key()
+        if key is None:
+            return None
+        auth = self.settings.auth
+        return AgentCredential(
+            key,
+            agent_id=self.agent_id,
+            url=lambda: self.public_url,
+            identity_claim=auth.identity_claim,
+            tenant_claim=auth.tenant_claim,
         )
 
     def _push_base(self) -> str | None:

@@ -43,6 +43,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from harness_core.agent_tokens import AgentCredential
 from harness_core.config import RemoteAgentConfig
 from harness_core.delegation.cards import CardCache, OriginHeaders
 from harness_core.live import LiveHub
@@ -90,6 +91,7 @@ class DelegationActivities:
         remote: Callable[[str], RemoteAgentConfig | None] = lambda _: None,
         stream_for: float = 0.0,
         live: LiveHub | None = None,
+        credential: AgentCredential | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.peers = peers
@@ -102,6 +104,8 @@ class DelegationActivities:
         self.stream_for = stream_for
         # The delegating agent's live fan-out: other agents' progress shown to its streams.
         self.live = live if live is not None else LiveHub()
+        # Signs each call with the agent's card key (None: the agent has none).
+        self.credential = credential
         self._cards = CardCache()
 
     def _url(self, target: str) -> str:
@@ -138,7 +142,16 @@ class DelegationActivities:
 
     def _http(self, request: DelegationRequest, url: str) -> httpx.AsyncClient:
         # The identity and the configured headers go to the target's origin, and nowhere else.
-        return http_client(timeout=30, auth=OriginHeaders(url, self._headers(request)))
+        headers = self._headers(request)
+        if self.credential is not None:
+            # The agent's own credential: which agent calls, for whom, and for which target.
+            remote = self.remote(request.target)
+            tenant = (remote.tenant or request.target) if remote is not None else request.target
+            token = self.credential.token(
+                audience=url, tenant=tenant, participant=request.participant
+            )
+            headers["Authorization"] = f"Bearer {token}"
+        return http_client(timeout=30, auth=OriginHeaders(url, headers))
 
     @contextlib.asynccontextmanager
     async def _calling(
