@@ -187,7 +187,7 @@ def _push_endpoint(harness: Harness) -> Any:
 
 #: Seconds the monitor's count of running tasks is kept: anonymous readers share one count
 #: (a Temporal visibility query) instead of each making one.
-MONITOR_COUNT_TTL = 10.0
+MONITOR_COUNT_TTL = 1.0
 
 
 def _monitor_endpoint(harness: Harness) -> Any:
