@@ -319,20 +319,33 @@ async def verify_gateway_token(
         raise GatewayAuthError(f"gateway JWT alg {_show(alg)} is not allowed (EdDSA only)")
     kid = header.get("kid")  # PyJWT has checked that a kid is a string
     key = await jwks.key_for(jku, kid)
+    # A tuple: `iss in issuer` is then exact membership, never a substring test.
+    return _decoded(token, key, audience, origins, iss, identity_claim, tenant_claim)
+
+
+def _decoded(
+    token: str,
+    key: jwt.PyJWK,
+    audience: str,
+    issuer: str | tuple[str, ...],
+    iss: str,
+    identity_claim: str,
+    tenant_claim: str,
+) -> VerifiedToken:
+    """The token's claims once its signature (EdDSA), ``iss``, ``aud`` and ``exp`` are checked
+    (all three required, no leeway); else :class:`GatewayAuthError` in our words."""
     try:
         payload = jwt.decode(
             token,
             key,
             algorithms=list(ALGORITHMS),
             audience=audience,
-            # A tuple: `iss in issuer` is then exact membership, never a substring test.
-            issuer=origins,
+            issuer=issuer,
             leeway=0,
             options={"require": ["exp", "iss", "aud"]},
         )
     except jwt.PyJWTError as exc:
         raise GatewayAuthError(_refusal(exc, audience=audience, iss=iss)) from None
-
     return _verified(payload, identity_claim, tenant_claim)
 
 
@@ -377,19 +390,8 @@ def verify_local_agent_token(
     if header.get("alg") not in ALGORITHMS or header.get("kid") != signer.kid:
         raise GatewayAuthError("agent token is not signed with its agent's card key")
     issuer = web_origin(jku)
-    try:
-        payload = jwt.decode(
-            token,
-            jwt.PyJWK(dict(signer.public_jwk)),
-            algorithms=list(ALGORITHMS),
-            audience=audience,
-            issuer=issuer,
-            leeway=0,
-            options={"require": ["exp", "iss", "aud"]},
-        )
-    except jwt.PyJWTError as exc:
-        raise GatewayAuthError(_refusal(exc, audience=audience, iss=issuer)) from None
-    return _verified(payload, identity_claim, tenant_claim)
+    key = jwt.PyJWK(dict(signer.public_jwk))
+    return _decoded(token, key, audience, issuer, issuer, identity_claim, tenant_claim)
 
 
 def check_tenant(verified: VerifiedToken, addressed_tenant: str) -> None:
