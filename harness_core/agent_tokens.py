@@ -13,6 +13,9 @@ uses (``[auth] identity_claim`` and ``tenant_claim``):
 - the tenant: the target agent (its id in this group, or ``[[agents]] tenant``, else its
   configured id).
 
+A push of a task's update to a webhook that has no authentication of its own carries a callback
+token instead (``callback_token``: ``aud`` = the push URL, 5 minutes, the same key and ``jku``).
+
 The receiving side takes it from an agent of its own process with no configuration (it holds the
 key), and from elsewhere where its ``[auth] gateway_origins`` lists the caller's origin
 (``harness_asgi.gateway``). So delegation works in strict mode and across hosts.
@@ -29,12 +32,14 @@ import jwt
 from harness_core.config.values import web_origin
 from harness_core.errors import ConfigError
 
-__all__ = ["JWKS_PATH", "LIFETIME", "AgentCredential"]
+__all__ = ["CALLBACK_LIFETIME", "JWKS_PATH", "LIFETIME", "AgentCredential"]
 
 #: Where an agent's public key set is served, below its URL.
 JWKS_PATH = "/.well-known/jwks.json"
 #: Seconds an agent token is valid.
 LIFETIME = 120
+#: Seconds a push's callback token is valid (a gateway takes them up to 10 minutes old).
+CALLBACK_LIFETIME = 300
 
 
 class AgentCredential:
@@ -84,4 +89,13 @@ class AgentCredential:
         }
         return jwt.encode(
             claims, self._key.key, algorithm="EdDSA", headers={"kid": self._kid, "jku": jku}
+        )
+
+    def callback_token(self, url: str) -> str:
+        """A token for one push to the webhook at ``url``: ``aud`` is that exact URL, so the
+        receiver knows the update comes from this agent (its card key) and was meant for it."""
+        now = int(time.time())
+        claims = {"aud": url, "iat": now, "exp": now + CALLBACK_LIFETIME}
+        return jwt.encode(
+            claims, self._key.key, algorithm="EdDSA", headers={"kid": self._kid, "jku": self.jku}
         )

@@ -248,12 +248,14 @@ class Harness:
                 async with pool.lease(settings, client=self._client) as connection:
                     store = await anyio.to_thread.run_sync(TaskStore, settings.store_path)
                     pace = TurnPace()
+                    credential = self._credential()
                     pusher = PushActivities(
                         self.agent_id,
                         store,
                         allow=settings.push.allow_hosts,
                         agents=settings.push.agent_hosts,
                         timeout=settings.push.timeout,
+                        credential=credential,
                     )
                     try:
                         activities = AgentActivities(
@@ -271,7 +273,7 @@ class Harness:
                                 remote=self.remote,
                                 stream_for=settings.delegation.stream_for,
                                 live=self.live,
-                                credential=self._credential(),
+                                credential=credential,
                             ),
                             push=pusher,
                             delegates=self._delegates,

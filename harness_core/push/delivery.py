@@ -19,6 +19,7 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from harness_core.agent_tokens import AgentCredential
 from harness_core.payloads import ProtoJSON, PushBatch, TaskEvent
 from harness_core.push.guard import Webhook, pinned_request, resolve_webhook
 from harness_core.store import TaskStore
@@ -40,11 +41,14 @@ class PushActivities:
         allow: Sequence[str],
         agents: Sequence[str] = (),
         timeout: float,
+        credential: AgentCredential | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.store = store
         self.allow = tuple(allow)
         self.agents = tuple(agents)
+        # Signs a callback token for webhooks with no authentication of their own.
+        self.credential = credential
         self.timeout = timeout
 
     @activity.defn(name="push_deliver")
@@ -117,6 +121,9 @@ class PushActivities:
         if scheme:
             credentials = str(auth.get("credentials", ""))
             headers["Authorization"] = f"{scheme} {credentials}".strip()
+        elif self.credential is not None:
+            url = str(config.get("url", ""))
+            headers["Authorization"] = f"Bearer {self.credential.callback_token(url)}"
         for body in bodies:
             # A worker that dies mid-delivery is noticed by its missing heartbeats.
             beat()

@@ -81,3 +81,58 @@ async def test_a_signed_agent_reaches_a_strict_sibling_for_its_participant(
     assert task.status.message.parts[0].text == "a heard: d answers carol"
     assert "error" in plain.json()  # a plain request names nobody there
     assert len(carols) == 1 and anyones == []
+
+
+async def test_a_push_carries_a_callback_token_signed_with_the_card_key(
+    tmp_path, temporal_address, monkeypatch
+):
+    """A webhook with no authentication of its own hears each update with ``Authorization: Bearer
+    <token>``: signed with the agent's card key (its ``jku`` the agent's key set), ``aud`` the
+    push URL itself; the final update's message id is the semantic ``<task>:final``."""
+    import jwt
+    from a2a.types import (
+        SendMessageConfiguration,
+        SendMessageRequest,
+        TaskPushNotificationConfig,
+    )
+
+    from harness_core import ScriptedModel
+    from harness_core.agent_tokens import JWKS_PATH
+    from tests.conftest import serving_app
+    from tests.integration.test_push import Receiver
+
+    monkeypatch.setenv("CARD_KEY", json.dumps(private_jwk(kid="push-key")))
+    agent_id = unique_id("p")
+    harness = Harness(
+        agent_settings(
+            tmp_path,
+            temporal_address,
+            agent_id,
+            card={"signing_key_env": "CARD_KEY"},
+            push={"allow_hosts": ["127.0.0.1"]},
+        ),
+        model=ScriptedModel(["done"]),
+    )
+    receiver = Receiver(fail_first=False)
+    async with serving_app(receiver.app) as hook_base, serving(harness) as url:
+        hook = f"{hook_base}/hook"
+        async with a2a_client(url, streaming=False) as client:
+            request = SendMessageRequest(
+                message=user_message("go"),
+                configuration=SendMessageConfiguration(
+                    task_push_notification_config=TaskPushNotificationConfig(url=hook, token="t")
+                ),
+            )
+            [event] = [e async for e in client.send_message(request)]
+            await receiver.wait_for("TASK_STATE_COMPLETED")
+        async with httpx.AsyncClient() as http:
+            keys = jwt.PyJWKSet.from_dict((await http.get(url + JWKS_PATH)).json())
+    headers, body = receiver.calls[-1]
+    scheme, _, token = headers["authorization"].partition(" ")
+    header = jwt.get_unverified_header(token)
+    claims = jwt.decode(token, keys["push-key"], algorithms=["EdDSA"], audience=hook)
+    assert scheme == "Bearer" and header["kid"] == "push-key"
+    assert header["jku"] == url + JWKS_PATH
+    assert claims["aud"] == hook and claims["exp"] - claims["iat"] == 300
+    final = body["statusUpdate"]["status"]["message"]["messageId"]
+    assert final == f"{event.task.id}:final"
