@@ -45,7 +45,7 @@ from harness_asgi.card import build_agent_card
 from harness_asgi.guard import Refusal, StreamGate, guard_routes, load_json, read_body
 from harness_asgi.handler import HarnessRequestHandler
 from harness_asgi.identity import PARTICIPANT_HEADER, HarnessContextBuilder, identify
-from harness_asgi.limits import LimitsMiddleware, RateLimiter, json_error
+from harness_asgi.limits import LimitsMiddleware, RateLimiter
 from harness_asgi.signing import JWKS_PATH, CardSigner, create_jwks_routes, register_local
 from harness_asgi.tenants import TenantEndpoint
 from harness_core.harness import AgentState, Harness
@@ -317,9 +317,7 @@ class _Identify:
         if scope["type"] == "http" and needs_identity(route_path(scope)):
             refused = await identify(self._harness, scope)
             if refused is not None:
-                await json_error(refused.status, refused.message, refused.headers)(
-                    scope, receive, send
-                )
+                await refused.response()(scope, receive, send)
                 return
         await self._app(scope, receive, send)
 

@@ -25,6 +25,7 @@ import attrs
 from a2a.server.context import ServerCallContext
 from a2a.server.routes import DefaultServerCallContextBuilder
 from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import Scope
 
 from harness_asgi.gateway import (
@@ -35,6 +36,7 @@ from harness_asgi.gateway import (
     verify_gateway_token,
     verify_local_agent_token,
 )
+from harness_asgi.limits import json_error
 from harness_core.harness import Harness
 
 __all__ = [
@@ -116,6 +118,9 @@ class Refused:
     message: str
     headers: dict[str, str] = attrs.field(factory=dict[str, str])
 
+    def response(self) -> Response:
+        return json_error(self.status, self.message, self.headers)
+
 
 #: Where the tenant root marks a request it hands on to an agent (the token's audience is then
 #: the root's URL, not the agent's own).
@@ -124,14 +129,21 @@ _GATEWAY_CHALLENGE = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
 _JWKS: WeakKeyDictionary[Harness, JwksCache] = WeakKeyDictionary()
 
 
+def _audience(harness: Harness, scope: Scope) -> str:
+    """The ``aud`` a token for this request must carry: ``[auth] audience``, else the endpoint
+    the request came through (the group's root for a tenant, the agent's own URL otherwise)."""
+    via_root = scope.get(VIA_ROOT_KEY)
+    default = via_root if isinstance(via_root, str) else harness.public_url
+    return harness.settings.auth.audience or default
+
+
 async def _gateway_identity(harness: Harness, scope: Scope) -> Identity | Refused:
     """The participant a gateway's bearer token names for this agent, or why there is none."""
     auth = harness.settings.auth
     token = bearer_token(Request(scope).headers.get("authorization"))
     if token is None:
         return Refused(401, "unauthorized: missing gateway bearer token", _GATEWAY_CHALLENGE)
-    via_root = scope.get(VIA_ROOT_KEY)
-    audience = auth.audience or (via_root if isinstance(via_root, str) else harness.public_url)
+    audience = _audience(harness, scope)
     jwks = _JWKS.get(harness)
     if jwks is None:
         jwks = _JWKS[harness] = JwksCache()
@@ -163,8 +175,7 @@ def _agent_identity(harness: Harness, scope: Scope) -> Identity | Refused | None
     if token is None:
         return None
     auth = harness.settings.auth
-    via_root = scope.get(VIA_ROOT_KEY)
-    audience = auth.audience or (via_root if isinstance(via_root, str) else harness.public_url)
+    audience = _audience(harness, scope)
     try:
         verified = verify_local_agent_token(
             token,

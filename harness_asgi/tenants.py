@@ -222,7 +222,7 @@ class TenantEndpoint:
         scope[VIA_ROOT_KEY] = root_url(harness)
         refused = await identify(harness, scope)
         if refused is not None:
-            await json_error(refused.status, refused.message, refused.headers)(scope, receive, send)
+            await refused.response()(scope, receive, send)
             return
         identity = scope.get(IDENTITY_KEY)
         if not isinstance(identity, Identity) or not identity.admitted:

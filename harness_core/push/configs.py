@@ -96,11 +96,24 @@ class TaskPushes(TaskReads):
         view = await self.view(task_id, participant)
         if view is None:
             raise TaskNotFoundError(f"task {task_id} not found")
+        return await self._register(task_id, participant, config, running=not view.closed)
+
+    async def _register(
+        self,
+        task_id: str,
+        participant: str | None,
+        config: ProtoJSON,
+        *,
+        running: bool | None = None,
+    ) -> ProtoJSON:
+        """Keep a webhook for an admitted caller, then: a task that has ended tells it how it
+        ended, once; a running one pushes from now on. ``running`` None: not known yet (a message's
+        webhook, kept before the message reaches a task that may not exist)."""
         body = await self._put_push_config(task_id, participant, config)
-        record = await self._record(task_id) if view.closed else None
+        record = await self._record(task_id) if not running else None
         if record is not None:
             await self._tell_the_end(record, body)
-        if not view.closed:
+        elif running or (running is None and await self._row(task_id) is not None):
             with contextlib.suppress(RPCError):
                 await self._call(
                     lambda c: c.get_workflow_handle(task_id).signal(TaskWorkflow.enable_push)

@@ -207,19 +207,6 @@ class TaskService(TaskPushes):
             raise
         return await self._delivered(task_id, receipt)
 
-    async def _register(self, task_id: str, participant: str | None, config: ProtoJSON) -> None:
-        """Keep a message's webhook; on a task that has ended, it hears the end at once."""
-        body = await self._put_push_config(task_id, participant, config)
-        record = await self._record(task_id)
-        if record is not None:
-            await self._tell_the_end(record, body)
-        elif await self._row(task_id) is not None:
-            # A task that runs already (a retried first message): it pushes from now on.
-            with contextlib.suppress(RPCError):
-                await self._call(
-                    lambda c: c.get_workflow_handle(task_id).signal(TaskWorkflow.enable_push)
-                )
-
     async def _note_start(self, start: TaskStart, inbound: Inbound) -> None:
         """List a new task before its workflow starts: a blocking sender's task is then listed
         (SUBMITTED) even while its turn waits for a free worker slot. Anything the workflow
