@@ -77,7 +77,12 @@ class LlmLoop(Protocol):
     """The built-in LLM agent's steps, as the ``model_step`` and ``tool_call`` activities run them."""
 
     async def step(
-        self, history: tuple[TurnMessage, ...], step: ModelStepInput, ctx: ActivityTurnContext
+        self,
+        history: tuple[TurnMessage, ...],
+        step: ModelStepInput,
+        ctx: ActivityTurnContext,
+        *,
+        stream: bool = True,
     ) -> ModelStep: ...
 
     async def call_tool(self, call: ToolCallInput) -> ToolCallOutput: ...
@@ -219,10 +224,17 @@ class AgentActivities:
             raise ApplicationError("this agent has no model", non_retryable=True)
         history = await self._history(step.turn)
         ctx = self._context(step.turn, history)
+        # The model's text streams in only when it can be watched: a regular activity (its
+        # task's streams read it live), or a local one that a stream of this process follows.
+        stream = not activity.info().is_local or self.live.listening(
+            self.agent_id, step.turn.task_id
+        )
         began = time.monotonic()
         try:
             return _redacted(
-                await self._guarded(step.turn.task_id, lambda: llm.step(history, step, ctx))
+                await self._guarded(
+                    step.turn.task_id, lambda: llm.step(history, step, ctx, stream=stream)
+                )
             )
         finally:
             self._paced(began)

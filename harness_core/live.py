@@ -135,6 +135,11 @@ class LiveHub:
         for subscription in subscriptions:
             subscription._push(event)  # pyright: ignore[reportPrivateUsage]
 
+    def listening(self, agent_id: str, task_id: str) -> bool:
+        """Whether a stream of this process follows the task now."""
+        with self._lock:
+            return (agent_id, task_id) in self._subscriptions
+
     def end(self, agent_id: str, task_id: str) -> None:
         """A turn's attempt ended: its events are (or will be) in the durable log, or void. The
         task's streams are nudged to read it again soon."""

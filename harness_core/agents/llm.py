@@ -38,7 +38,7 @@ try:
     import openai
     from pydantic_ai import exceptions as pai_errors
     from pydantic_ai import messages as pai
-    from pydantic_ai.direct import model_request_stream
+    from pydantic_ai.direct import model_request, model_request_stream
     from pydantic_ai.models import Model, ModelRequestParameters
     from pydantic_ai.models.anthropic import AnthropicModel
     from pydantic_ai.models.openai import OpenAIChatModel
@@ -316,10 +316,13 @@ async def request(
     *,
     on_text_delta: Callable[[str], Awaitable[None]] | None = None,
     settings: ModelSettings | None = None,
+    stream: bool = True,
 ) -> pai.ModelResponse:
-    """Send one streamed request and return the model's complete response (text and/or tool calls).
+    """Send one request and return the model's complete response (text and/or tool calls).
 
-    ``on_text_delta`` is awaited with each piece of text as it arrives, in order; an exception it
+    Streamed (``stream``), ``on_text_delta`` is awaited with each piece of text as it arrives, in
+    order; otherwise once, with the whole text, when the response is complete (a streamed
+    response costs a parse per chunk: only worth it while somebody watches). An exception it
     raises ends the request and propagates unchanged. A failure of the model call raises
     :class:`ModelCallError` (the provider's exception is its ``__cause__``). If the caller is
     cancelled, the stream is closed and the cancellation propagates; nothing is retried here.
@@ -329,10 +332,21 @@ async def request(
     # httpx error from a handler that publishes deltas would look like a model server failure).
     handler_error: Exception | None = None
     try:
+        if not stream:
+            response = await model_request(
+                model, list(messages), model_settings=settings, model_request_parameters=parameters
+            )
+            if response.text and on_text_delta is not None:
+                try:
+                    await on_text_delta(response.text)
+                except Exception as error:
+                    handler_error = error
+                    raise
+            return response
         async with model_request_stream(
             model, list(messages), model_settings=settings, model_request_parameters=parameters
-        ) as stream:
-            async for event in stream:
+        ) as streamed:
+            async for event in streamed:
                 delta = _text_delta(event)
                 if delta and on_text_delta is not None:
                     try:
@@ -340,7 +354,7 @@ async def request(
                     except Exception as error:
                         handler_error = error
                         raise
-            return stream.get()
+            return streamed.get()
     except Exception as error:
         classified = None if error is handler_error else model_call_error(error)
         if classified is None:

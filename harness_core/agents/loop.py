@@ -97,7 +97,12 @@ class ModelLoop:
         await self._llm.close_model(self._model)
 
     async def step(
-        self, history: tuple[TurnMessage, ...], step: ModelStepInput, ctx: ActivityTurnContext
+        self,
+        history: tuple[TurnMessage, ...],
+        step: ModelStepInput,
+        ctx: ActivityTurnContext,
+        *,
+        stream: bool = True,
     ) -> ModelStep:
         llm = self._llm
         messages = llm.to_model_messages(history, system=self._system)
@@ -128,7 +133,9 @@ class ModelLoop:
             ]
         )
         try:
-            response = await llm.request(self._model, messages, tools, on_text_delta=ctx.delta)
+            response = await llm.request(
+                self._model, messages, tools, on_text_delta=ctx.delta, stream=stream
+            )
         except llm.ModelCallError as error:
             raise ApplicationError(
                 error.message,

@@ -38,7 +38,10 @@ from harness_core.tasks.attempts import (
 from harness_core.tasks.state import TaskState, answer_parts, text_message
 from harness_core.temporal.names import MODEL_STEP, TOOL_CALL
 
-__all__ = ["LlmTurn", "turn_failed"]
+__all__ = ["LOCAL_TOOLS", "LlmTurn", "turn_failed"]
+
+#: Patch (docs/workflows.md): in a local turn, idempotent tools run as local activities.
+LOCAL_TOOLS = "local-tools"
 
 
 def turn_failed(error: BaseException) -> TurnOutcome:
@@ -108,7 +111,7 @@ class LlmTurn:
                 if spec.delegate:
                     output = await self._ask(start, spec)
                 else:
-                    output = await self._tool(start, spec)
+                    output = await self._tool(start, spec, local)
                 if output is None:
                     return None
                 results.append(
@@ -148,7 +151,9 @@ class LlmTurn:
         state = result.state.removeprefix("TASK_STATE_").lower()
         return ToolCallOutput(f"({spec.delegate} {state}) " + "\n".join(texts))
 
-    async def _tool(self, start: TaskStart, spec: ToolCallSpec) -> ToolCallOutput | None:
+    async def _tool(
+        self, start: TaskStart, spec: ToolCallSpec, local: bool
+    ) -> ToolCallOutput | None:
         call = ToolCallInput(
             agent_id=start.agent_id,
             task_id=start.task_id,
@@ -161,7 +166,10 @@ class LlmTurn:
                 TOOL_CALL,
                 call,
                 ToolCallOutput,
-                local=False,
+                # In a local turn an idempotent tool is a local activity too: the whole turn is
+                # one workflow task. A tool that must not run twice stays a regular activity: a
+                # local one runs again when its workflow task is retried on another worker.
+                local=local and spec.idempotent and workflow.patched(LOCAL_TOOLS),
                 attempts=TOOL_ATTEMPTS if spec.idempotent else 1,
                 seconds=spec.timeout,
                 # A tool that must not run twice is not run again after a worker stopped it: it

@@ -12,6 +12,7 @@ import pytest
 from a2a.types import CancelTaskRequest, GetTaskRequest, SendMessageRequest, TaskState
 from google.protobuf.json_format import MessageToJson
 
+from harness_core.temporal.names import TOOL_CALL
 from tests.conftest import a2a_client, serving, user_message
 from tests.fakes.model_servers import (
     FakeServer,
@@ -90,6 +91,51 @@ async def test_an_agent_from_configuration_calls_a_tool_and_streams_its_answer(
     assert KEY not in MessageToJson(task)
 
 
+async def _history_of(harness: Any, task_id: str) -> Any:
+    connection = harness.tasks.connection
+
+    async def fetch() -> Any:
+        return await connection.client.get_workflow_handle(task_id).fetch_history()
+
+    return await connection.bridge.call(fetch)
+
+
+def _scheduled_activities(history: Any) -> list[str]:
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+
+
+async def test_a_blocking_turn_with_a_tool_is_one_workflow_task_and_asks_without_streaming(
+    make_harness, server: FakeServer, flavor: str
+):
+    """Nobody can watch a blocking sender's turn, so the model is asked without streaming, and
+    its idempotent tool runs as a local activity: the whole turn is one workflow task."""
+    agent_tools.CALLS.clear()
+    server.push(
+        tool_call_reply("lookup_order", {"order_id": 7}), text_reply("Order 7 ", "shipped.")
+    )
+    harness = make_harness(model=llm_config(server, flavor, "lookup_order"))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("where is order 7?"))
+        whole = await client.get_task(GetTaskRequest(id=task.id))
+        history = await _history_of(harness, task.id)
+    assert agent_tools.CALLS == [("lookup_order", 7)]
+    assert task.status.message.parts[0].text == "Order 7 shipped."
+    response = next(a for a in whole.artifacts if a.name == "response")
+    assert "".join(p.text for p in response.parts) == "Order 7 shipped."
+    assert [bool(r.body.get("stream")) for r in server.requests] == [False, False]
+    assert _scheduled_activities(history) == []  # no task-queue round trip for the tool
+    completed = [
+        e for e in history.events if e.HasField("workflow_task_completed_event_attributes")
+    ]
+    assert len(completed) == 1
+    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+    assert len(markers) >= 4  # two model requests, the tool, the record
+
+
 async def test_a_refused_key_fails_the_turn_at_once_with_our_message(
     make_harness, server: FakeServer, flavor: str
 ):
@@ -124,11 +170,15 @@ async def test_a_tool_that_must_not_run_twice_gets_one_attempt_and_the_model_hea
     harness = make_harness(model=llm_config(server, flavor, "charge_card"))
     async with serving(harness) as url, a2a_client(url, streaming=False) as client:
         task = await send_blocking(client, user_message("charge me 5"))
+        history = await _history_of(harness, task.id)
     assert agent_tools.CALLS == [("charge_card", 5)]
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     second = json.dumps(server.requests[1].body)
     assert "charge_card failed" in second
     assert "card processor is down" not in second  # the tool's own text stays inside
+    # A tool that must not run twice stays a regular activity, even in a local turn: a local one
+    # would run again if its workflow task were retried on another worker.
+    assert _scheduled_activities(history) == [TOOL_CALL]
 
 
 @pytest.mark.parametrize("flavor", ["openai"])

@@ -115,6 +115,26 @@ async def test_record_tool_calls_of_the_llm_loop(make_harness, monkeypatch):
             await save(harness, events[0].task.id, "llm-tools")
 
 
+async def test_record_local_tool_calls_of_a_blocking_llm_turn(make_harness, monkeypatch):
+    """A blocking sender's turn: the model requests and the idempotent tool are local activities
+    (patch ``local-tools``), the model asked without streaming."""
+    monkeypatch.setenv("RECORD_KEY", "sk-record")
+    with serve_fake_openai(
+        [tool_call_reply("lookup_order", {"order_id": 8}), text_reply("Order 8 ", "shipped.")]
+    ) as server:
+        model: dict[str, Any] = {
+            "kind": "openai",
+            "name": "m",
+            "base_url": server.base_url,
+            "api_key_env": "RECORD_KEY",
+            "tools": ["tests.integration.agent_tools:lookup_order"],
+        }
+        harness = make_harness(model=model)
+        async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+            task = await send_blocking(client, user_message("where is 8?"))
+            await save(harness, task.id, "llm-tools-local")
+
+
 async def test_record_continue_as_new(make_harness, monkeypatch):
     async def agent(ctx: TurnContext) -> TurnResult:
         return Ask(f"noted {ctx.number}")

@@ -31,6 +31,7 @@ def test_there_are_recorded_histories_of_every_kind() -> None:
     assert kinds >= {
         "ask-answer",
         "llm-tools",
+        "llm-tools-local",
         "continue-as-new",
         "cancel",
         "failure",
