@@ -39,10 +39,6 @@ __all__ = ["MAX_STAND_IN_RELAYS", "DelegationWorkflow"]
 
 #: The most progress statuses one stand-in relays to its delegating task.
 MAX_STAND_IN_RELAYS = 100
-# A stand-in continuing a remote task notes the task's status before it sends.
-_DELEGATION_STALE = "delegation-stale"
-# A stand-in canceled while its send runs cancels the remote task its send noted in the store.
-_CANCEL_DURING_SEND = "delegation-cancel-during-send"
 # The failure types of the delegation activities, whose messages are ours (activities.py).
 _DELEGATION_FAILURES = frozenset({"UnknownAgent", "DelegationRefused", "DelegationUnreachable"})
 
@@ -81,7 +77,7 @@ class DelegationWorkflow:
         remote_task_id = ""
         try:
             stale = ""
-            if request.message.get("taskId") and workflow.patched(_DELEGATION_STALE):
+            if request.message.get("taskId"):
                 # It answers the other agent's question: the question's status, noted once
                 # before the send (a retried send must not take the answer for the question).
                 stale = await workflow.execute_local_activity(
@@ -180,8 +176,6 @@ class DelegationWorkflow:
     async def _cancel_remote(self, request: DelegationRequest, remote_task_id: str) -> None:
         """The delegating task was canceled: cancel the other agent's task too, also when the
         send was cut off (its activity noted the task's id in the store once it was known)."""
-        if not remote_task_id and not workflow.patched(_CANCEL_DURING_SEND):
-            return
         await workflow.execute_activity(
             DELEGATE_CANCEL,
             args=[request, remote_task_id],

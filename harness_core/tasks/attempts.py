@@ -54,8 +54,6 @@ _WORKER_STOPPED = "WorkerStopped"
 _NO_RETRY = RetryPolicy(maximum_attempts=1)
 # The longest Retry-After a provider may impose on a turn.
 _MAX_ASKED_DELAY = 60.0
-# Patch (docs/workflows.md): heartbeat timeouts in a row are bounded.
-_BOUNDED_STALLS = "bounded-stalls"
 
 
 def _cause(error: BaseException) -> BaseException | None:
@@ -162,7 +160,7 @@ class Attempts:
                     return None
                 if free_retries and not_counted(error):
                     stalls = stalls + 1 if _heartbeat_timeout(error) else 0
-                    if stalls > FREE_HEARTBEAT_TIMEOUTS and workflow.patched(_BOUNDED_STALLS):
+                    if stalls > FREE_HEARTBEAT_TIMEOUTS:
                         raise ApplicationError(
                             f"its worker stopped heartbeating {stalls} times in a row "
                             f"(every {HEARTBEAT_TIMEOUT.total_seconds():g} s at least): an agent "

@@ -38,10 +38,7 @@ from harness_core.tasks.attempts import (
 from harness_core.tasks.state import TaskState, answer_parts, text_message
 from harness_core.temporal.names import MODEL_STEP, TOOL_CALL
 
-__all__ = ["LOCAL_TOOLS", "LlmTurn", "turn_failed"]
-
-#: Patch (docs/workflows.md): in a local turn, idempotent tools run as local activities.
-LOCAL_TOOLS = "local-tools"
+__all__ = ["LlmTurn", "turn_failed"]
 
 
 def turn_failed(error: BaseException) -> TurnOutcome:
@@ -169,7 +166,7 @@ class LlmTurn:
                 # In a local turn an idempotent tool is a local activity too: the whole turn is
                 # one workflow task. A tool that must not run twice stays a regular activity: a
                 # local one runs again when its workflow task is retried on another worker.
-                local=local and spec.idempotent and workflow.patched(LOCAL_TOOLS),
+                local=local and spec.idempotent,
                 attempts=TOOL_ATTEMPTS if spec.idempotent else 1,
                 seconds=spec.timeout,
                 # A tool that must not run twice is not run again after a worker stopped it: it

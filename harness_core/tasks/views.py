@@ -496,7 +496,7 @@ class TaskReads:
     async def running_count(self) -> int:
         """How many of this agent's task workflows run (Temporal's visibility, a moment behind)."""
         query = (
-            f"WorkflowType = 'TaskWorkflow' AND TaskQueue = {_quote(self.queue)} "
+            f"WorkflowType = {_quote(TASK_WORKFLOW)} AND TaskQueue = {_quote(self.queue)} "
             "AND ExecutionStatus = 'Running'"
         )
 

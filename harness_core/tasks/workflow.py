@@ -71,18 +71,6 @@ __all__ = ["STORE_ATTEMPTS", "TaskWorkflow"]
 STORE_ATTEMPTS = 5
 # How long an ending task waits for its pushes to go out.
 _PUSH_PATIENCE = timedelta(minutes=5)
-# Patches (docs/workflows.md): the final record is stored by a local activity; a task that goes idle
-# and has not ended writes its state to the listing index; the final record is stored before a
-# webhook hears that the task ended; a task waiting for input expires after [retention]
-# idle_timeout.
-_LOCAL_STORE_RECORD = "store-record-local"
-_INDEX_CHECKPOINT = "index-checkpoint"
-_RECORD_BEFORE_PUSH = "record-before-push"
-# Continue-as-new does not wait for webhooks: the next run pushes what is left, from the store.
-_NO_WAIT_FOR_PUSHES = "continue-without-pushes"
-# After a local turn that held the workflow task long, the task's turns run as regular activities.
-_LONG_TURNS_REGULAR = "long-turns-regular"
-_IDLE_EXPIRY = "idle-expiry"
 # Stand-ins that answer within this time do not write their task's waiting state to the index.
 _QUICK_DELEGATION = timedelta(seconds=0.5)
 _STORE_RETRY = RetryPolicy(
@@ -120,7 +108,7 @@ class TaskWorkflow(LlmTurn):
         task = self._task
         while True:
             idle = task.idle_seconds()
-            limit = timedelta(seconds=idle) if idle and workflow.patched(_IDLE_EXPIRY) else None
+            limit = timedelta(seconds=idle) if idle else None
             try:
                 await workflow.wait_condition(
                     lambda: bool(task.mailbox) or task.cancel_requested, timeout=limit
@@ -134,20 +122,17 @@ class TaskWorkflow(LlmTurn):
             await self._turn(start)
             if task.ended():
                 break
-            if not task.mailbox and workflow.patched(_INDEX_CHECKPOINT):
+            if not task.mailbox:
                 await self._checkpoint(start)
             suggested = workflow.info().is_continue_as_new_suggested()
             if not task.mailbox and task.run_is_full(suggested):
                 await self._continue_as_new(start)
         task.close()
-        if workflow.patched(_RECORD_BEFORE_PUSH):
-            self._push_open = False
-            record = await self._store_final(start)
-            self._push_open = True
-            await self._pushes_sent()
-        else:
-            await self._pushes_sent()
-            record = await self._store_final(start)
+        # The final record first: a webhook's receiver that reads the task on its end finds it.
+        self._push_open = False
+        record = await self._store_final(start)
+        self._push_open = True
+        await self._pushes_sent()
         # Blocked senders wake on closed; let their updates finish first.
         await workflow.wait_condition(workflow.all_handlers_finished)
         return record
@@ -168,7 +153,7 @@ class TaskWorkflow(LlmTurn):
                     workflow.logger.warning("turn %d of task %s failed", task.turns, start.task_id)
                     outcome = turn_failed(error)
             held = (workflow.now() - began).total_seconds()
-            if local and held >= LONG_TURN and workflow.patched(_LONG_TURNS_REGULAR):
+            if local and held >= LONG_TURN:
                 task.long_turns = True
             if outcome is not None and outcome.kind == "delegate":
                 outcome = await self._delegate(start, outcome)
@@ -201,8 +186,6 @@ class TaskWorkflow(LlmTurn):
         task = self._task
         task.closing = True
         await workflow.wait_condition(workflow.all_handlers_finished)
-        if not workflow.patched(_NO_WAIT_FOR_PUSHES):
-            await self._pushes_sent()
         try:
             await workflow.execute_activity(
                 ARCHIVE,
@@ -250,21 +233,13 @@ class TaskWorkflow(LlmTurn):
             reply=task.reply,
         )
         try:
-            if workflow.patched(_LOCAL_STORE_RECORD):
-                # In the workflow task that ends the turn: no round trip through the task queue.
-                await workflow.execute_local_activity(
-                    STORE_RECORD,
-                    args=[archive, record],
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=_STORE_RETRY,
-                )
-            else:
-                await workflow.execute_activity(
-                    STORE_RECORD,
-                    args=[archive, record],
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=_STORE_RETRY,
-                )
+            # In the workflow task that ends the turn: no round trip through the task queue.
+            await workflow.execute_local_activity(
+                STORE_RECORD,
+                args=[archive, record],
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=_STORE_RETRY,
+            )
         except (ActivityError, ApplicationError):
             workflow.logger.error(
                 "task %s: its record could not be stored; it stays in the workflow's result",
