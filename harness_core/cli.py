@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -49,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
 def _load(paths: Sequence[str]) -> list[Settings]:
     from harness_core.claims import claims
     from harness_core.config import load_settings
+
+    # Your own modules (a factory, tools) import from the directory `harness` runs in, as with
+    # `python -m` or uvicorn; the `harness` script alone would only see installed packages.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
 
     settings = [load_settings(p) for p in paths]
     # The same clashes the group refuses at start, found without starting anything.
@@ -111,7 +117,13 @@ def _shared_server_notes(settings: Sequence[Settings], bind: str | None) -> list
 
 
 def _check(paths: Sequence[str]) -> int:
+    from harness_core.harness import Harness
+
     settings = _load(paths)
+    # What serve builds before it starts anything: the factory or the model loop with its tools
+    # and the models extra. Nothing is started, connected or written.
+    for s in settings:
+        Harness(s)
     several = len(settings) > 1
     for s in settings:
         if several:
@@ -120,7 +132,10 @@ def _check(paths: Sequence[str]) -> int:
             print(describe(s))
     for note in _shared_server_notes(settings, None):
         print(f"note: {note}")
-    print(f"ok: {len(paths)} agent(s)")
+    print(
+        f"ok: {len(paths)} agent(s): configuration, factories, tools and extras checked; "
+        "not checked: reaching Temporal, the model server or other agents (serve does)"
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ against AnyIO (or plain async code), never against one backend.
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Sequence
 from typing import Literal, Protocol, runtime_checkable
@@ -114,13 +115,39 @@ class _FunctionAgent:
         return await self.fn(ctx)
 
 
+def _is_async(fn: object) -> bool:
+    """An ``async def`` function or method, also behind ``functools.partial`` or as ``__call__``."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    return not inspect.isroutine(fn) and call is not None and inspect.iscoroutinefunction(call)
+
+
 def as_agent(value: Agent | Model | AgentFunction) -> Agent:
-    """An agent from an agent, a ``Model``, or an async function of a turn context."""
+    """An agent from an agent, a ``Model``, or an async function of a turn context.
+
+    Raises ``TypeError`` for anything else, also for a plain (not ``async``) function or ``turn``
+    method, which would fail every turn.
+    """
     if isinstance(value, Agent):
+        if not _is_async(value.turn):
+            raise TypeError(
+                f"{type(value).__name__}.turn is not async: define it with `async def turn(self, ctx)`"
+            )
         return value
     if isinstance(value, Model):
+        if not _is_async(value.reply):
+            raise TypeError(
+                f"{type(value).__name__}.reply is not async: define it with `async def reply(self, turn)`"
+            )
         return _ModelAgent(value)
     if callable(value):
+        if not _is_async(value):
+            name = getattr(value, "__qualname__", type(value).__name__)
+            raise TypeError(
+                f"{name} is not an async function: define the agent with `async def`, "
+                "e.g. `async def agent(ctx): ...`"
+            )
         return _FunctionAgent(value)
     raise TypeError(
         f"{type(value).__name__} is not an agent: give an object with `async def turn(ctx)`, an "

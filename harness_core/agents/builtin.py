@@ -20,8 +20,19 @@ def _import(spec: str, key: str, label: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+            hint = (
+                f" ({exc.name} is looked for on Python's import path: `harness` adds the "
+                "directory it runs in; run it from the directory that holds your module, set "
+                "PYTHONPATH to that directory, or pip install your package)"
+            )
         raise ConfigError(
-            f"{label}: '{key}' = {spec!r}: cannot import {module_name}: {exc}"
+            f"{label}: '{key}' = {spec!r}: cannot import {module_name}: {exc}{hint}"
+        ) from None
+    except Exception as exc:  # the module itself fails: a syntax error, or what it raises
+        raise ConfigError(
+            f"{label}: '{key}' = {spec!r}: cannot import {module_name}: {type(exc).__name__}: {exc}"
         ) from None
     try:
         return getattr(module, attribute)
@@ -46,8 +57,18 @@ def agent_from_config(settings: Settings) -> Agent | None:
         return TckAgent()
     if model.kind == "python":
         factory = _import(str(model.factory), "model.factory", label)
+        if not callable(factory):
+            raise ConfigError(
+                f"{label}: 'model.factory' = {model.factory!r} is of type {type(factory).__name__}, "
+                "not a function that makes the agent"
+            )
         try:
-            made = factory()
+            made: Any = factory()
+        except Exception as exc:
+            raise ConfigError(
+                f"{label}: 'model.factory' = {model.factory!r} raised {type(exc).__name__}: {exc}"
+            ) from exc
+        try:
             return as_agent(made)
         except TypeError as exc:
             raise ConfigError(f"{label}: 'model.factory' = {model.factory!r}: {exc}") from None

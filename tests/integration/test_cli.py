@@ -143,6 +143,116 @@ def test_check_prints_what_would_run(config: tuple[Path, int]) -> None:
     assert "embedded dev server" in result.stdout
 
 
+def _script(*args: str, cwd: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """The installed ``harness`` console script, run in ``cwd`` (as a user runs it)."""
+    script = Path(sys.executable).parent / "harness"
+    return subprocess.run(
+        [str(script), *args], capture_output=True, text=True, timeout=60, cwd=cwd, **kwargs
+    )
+
+
+def _own_agent(tmp_path: Path, module: str, factory: str = "make") -> Path:
+    """A project directory with ``mypkg/agent.py`` (``module`` is its text) and an agent.toml
+    whose factory is ``mypkg.agent:<factory>``."""
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "agent.py").write_text(textwrap.dedent(module))
+    return write_config(tmp_path, f'[model]\nkind = "python"\nfactory = "mypkg.agent:{factory}"\n')
+
+
+_GOOD_AGENT = """
+    from harness_core import Reply
+
+    async def turn(ctx):
+        return Reply("hi")
+
+    def make():
+        return turn
+
+    def make_sync():
+        def turn(ctx):
+            return Reply("hi")
+        return turn
+
+    def explode():
+        raise RuntimeError("factory exploded")
+
+    answer = 42
+"""
+
+
+def test_check_imports_your_own_module_from_the_directory_it_runs_in(tmp_path: Path) -> None:
+    _own_agent(tmp_path, _GOOD_AGENT)
+    result = _script("check", "agent.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ok: 1 agent(s)" in result.stdout
+    assert "not checked: reaching Temporal" in result.stdout
+    # From elsewhere the module is not on the path: the error says where it is looked for.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = _script("check", str(tmp_path / "agent.toml"), cwd=elsewhere)
+    assert result.returncode == 2
+    assert "cannot import mypkg.agent: No module named 'mypkg'" in result.stderr
+    assert "PYTHONPATH" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("module", "factory", "expected"),
+    [
+        ("x = (", "make", "cannot import mypkg.agent"),
+        (_GOOD_AGENT, "missing", "mypkg.agent has no missing"),
+        (
+            _GOOD_AGENT,
+            "explode",
+            "'model.factory' = 'mypkg.agent:explode' raised RuntimeError: factory exploded",
+        ),
+        (_GOOD_AGENT, "make_sync", "turn is not an async function"),
+        (_GOOD_AGENT, "answer", "is of type int, not a function that makes the agent"),
+    ],
+    ids=["does-not-import", "no-attribute", "raises", "not-async", "not-callable"],
+)
+def test_check_finds_a_factory_that_serve_could_not_use(
+    tmp_path: Path, module: str, factory: str, expected: str
+) -> None:
+    path = _own_agent(tmp_path, module, factory)
+    result = _script("check", "agent.toml", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout
+    assert expected in result.stderr
+    assert str(path.name) in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_check_finds_a_missing_tool_and_a_missing_models_extra(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        """
+        [model]
+        kind = "openai"
+        name = "m"
+        base_url = "http://127.0.0.1:9/v1"
+        tools = ["tests.integration.agent_tools:no_such_tool"]
+        """,
+    )
+    result = harness("check", str(path))
+    assert result.returncode == 2
+    assert "no_such_tool" in result.stderr
+    assert "Traceback" not in result.stderr
+    # Without the models extra (pydantic-ai cannot be imported): named, with how to install it.
+    blocker = tmp_path / "blocked"
+    (blocker / "pydantic_ai").mkdir(parents=True)
+    (blocker / "pydantic_ai" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pydantic_ai'\", name='pydantic_ai')\n"
+    )
+    path.write_text('[model]\nkind = "openai"\nname = "m"\n')
+    env = {**os.environ, "PYTHONPATH": str(blocker)}
+    result = harness("check", str(path), env=env)
+    assert result.returncode == 2, result.stdout
+    assert "needs the models extra" in result.stderr
+    assert "pip install" in result.stderr
+
+
 def test_a_config_error_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     path = write_config(tmp_path, '[server]\nbnd = "x"\n')
     for command in ("check", "serve"):
