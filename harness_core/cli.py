@@ -30,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="harness", description="Run durable A2A agents on Temporal."
     )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the versions of harness and its core"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run agents and serve them over HTTP")
     serve.add_argument("configs", nargs="+", metavar="CONFIG", help="one TOML file per agent")
@@ -45,6 +48,31 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="validate configuration and print what would run")
     check.add_argument("configs", nargs="+", metavar="CONFIG")
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version`` on one line (argparse's own action wraps it to the terminal's width)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(_version())
+        parser.exit()
+
+
+def _version() -> str:
+    """``harness <version> (temporalio <v>, a2a-sdk <v>, Python <v>)``: what a bug report needs."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    python = ".".join(str(n) for n in sys.version_info[:3])
+    return (
+        f"harness {of('a2a-harness')} (temporalio {of('temporalio')}, a2a-sdk {of('a2a-sdk')}, "
+        f"hypercorn {of('hypercorn')}, Python {python})"
+    )
 
 
 def _load(paths: Sequence[str]) -> list[Settings]:
@@ -117,13 +145,14 @@ def _shared_server_notes(settings: Sequence[Settings], bind: str | None) -> list
 
 
 def _check(paths: Sequence[str]) -> int:
+    from harness_core.group import HarnessGroup
     from harness_core.harness import Harness
 
     settings = _load(paths)
     # What serve builds before it starts anything: the factory or the model loop with its tools
     # and the models extra. Nothing is started, connected or written.
-    for s in settings:
-        Harness(s)
+    # The group too: it checks what one agent names of the others ([model] agents).
+    HarnessGroup(*(Harness(s) for s in settings))
     several = len(settings) > 1
     for s in settings:
         if several:

@@ -63,6 +63,7 @@ class HarnessGroup:
         peers = {h.agent_id: h for h in harnesses}
         for h in harnesses:
             h.peers = peers
+            _check_chosen_agents(h, peers)
         self.bind = bind or harnesses[0].settings.server.bind
         self._running = False
         self._ran = False
@@ -191,3 +192,17 @@ def harnesses_lifespan(
 
     The same as ``HarnessGroup(*harnesses).lifespan``, with the group's claims and checks."""
     return HarnessGroup(*harnesses).lifespan
+
+
+def _check_chosen_agents(harness: Harness, peers: dict[str, Harness]) -> None:
+    """Each agent named in ``[model] agents`` is one of the group's others or in ``[[agents]]``."""
+    settings = harness.settings
+    known = [a for a in peers if a != harness.agent_id] + [r.id for r in settings.agents]
+    for index, agent_id in enumerate(settings.model.agents or ()):
+        if agent_id not in known:
+            label = str(settings.source) if settings.source is not None else "<settings>"
+            allowed = ", ".join(repr(a) for a in known) or "none: it runs alone, with no [[agents]]"
+            raise ConfigError(
+                f"{label}: 'model.agents[{index}]' is {agent_id!r}: not an agent it can ask "
+                f"(the other agents of its group and of [[agents]]: {allowed})"
+            )

@@ -392,7 +392,12 @@ class Harness:
         return remote.url if remote is not None else None
 
     def _delegates(self) -> list[tuple[str, str]]:
-        """The agents this one may ask, with what their cards say of them."""
+        """The agents this one may ask (``[model] agents``, else all it knows), with what their
+        cards say of them."""
+        chosen = self.settings.model.agents
+        return [d for d in self._known_agents() if chosen is None or d[0] in chosen]
+
+    def _known_agents(self) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
         for agent_id, peer in self.peers.items():
             if agent_id != self.agent_id:

@@ -229,6 +229,7 @@ def _validate_model(model: ModelConfig, label: str) -> None:
         "api_key_env": model.api_key_env,
         "system": model.system,
         "tools": model.tools or None,
+        "agents": model.agents,
     }
     if not model.is_llm:
         for key, value in llm_only.items():
@@ -258,6 +259,9 @@ def _validate_model(model: ModelConfig, label: str) -> None:
     for index, spec in enumerate(model.tools):
         if re.fullmatch(_IMPORT_PATTERN, spec) is None:
             raise bad_value(label, f"model.tools[{index}]", spec, _IMPORT_HINT)
+    for index, agent_id in enumerate(model.agents or ()):
+        if agent_id in (model.agents or ())[:index]:
+            raise bad_value(label, f"model.agents[{index}]", agent_id, "is named twice")
     _check_env_name(model.api_key_env, "model.api_key_env", label)
     if model.base_url is not None:
         problem = url_problem(model.base_url.rstrip("/"))

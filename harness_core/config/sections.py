@@ -178,6 +178,9 @@ class ModelConfig:
     api_key_env: str | None = None  # openai/anthropic: the NAME of the variable holding the key
     system: str | None = None  # openai/anthropic: the system prompt
     tools: tuple[str, ...] = ()  # openai/anthropic: "package.module:function" async tools
+    # openai/anthropic: the agents the model may ask (an ask_<id> tool each); unset: every agent
+    # of the group and of [[agents]]; [] none.
+    agents: tuple[str, ...] | None = None
     factory: str | None = None  # python: "package.module:callable" returning the agent
     replies: tuple[str, ...] = ()  # scripted: in order, then the last repeats; empty echoes
     delay: float = 0.0  # seconds each turn waits before answering

@@ -253,6 +253,14 @@ def test_check_finds_a_missing_tool_and_a_missing_models_extra(tmp_path: Path) -
     assert "pip install" in result.stderr
 
 
+def test_version_names_the_harness_and_what_it_runs_on() -> None:
+    result = harness("--version")
+    assert result.returncode == 0
+    assert result.stdout.startswith("harness 0.")
+    assert "temporalio 1." in result.stdout
+    assert "a2a-sdk 1." in result.stdout
+
+
 def test_a_config_error_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     path = write_config(tmp_path, '[server]\nbnd = "x"\n')
     for command in ("check", "serve"):

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -32,10 +33,12 @@ from google.protobuf.json_format import MessageToDict
 from harness_core import (
     Ask,
     Complete,
+    ConfigError,
     Delegate,
     Delegation,
     Gate,
     Harness,
+    HarnessGroup,
     RouteOptions,
     TurnContext,
 )
@@ -503,6 +506,56 @@ async def test_the_model_asks_another_agent_through_a_tool(tmp_path, temporal_ad
     assert "knows colours" in offered[0]["description"]
     results = [m for m in second["messages"] if m.get("role") == "tool"]
     assert results and "b says blue to 'which colour?'" in results[0]["content"]
+
+
+async def test_model_agents_chooses_which_agents_the_model_may_ask(tmp_path, temporal_address):
+    """Given an LLM agent in a group with b and c, with ``[model] agents = [b]``, then the model is
+    offered ``ask_<b>`` only; naming an agent that is neither in the group nor in [[agents]] is
+    a configuration error naming the key and the agents it could ask."""
+    from tests.fakes.model_servers import serve_fake_openai, text_reply
+
+    b_id, c_id = unique_id("b"), unique_id("c")
+
+    async def answer(ctx: TurnContext) -> TurnResult:
+        return Complete("ok")
+
+    def model(server_url: str, agents: list[str]) -> dict[str, Any]:
+        return {"kind": "openai", "name": "m", "base_url": server_url, "agents": agents}
+
+    with serve_fake_openai() as server:
+        server.push(text_reply("nobody to ask today"))
+        llm = Harness(
+            agent_settings(
+                tmp_path / "llm", temporal_address, model=model(server.base_url, [b_id])
+            ),
+            prefix="/agents/llm",
+        )
+        helpers = [
+            Harness(
+                agent_settings(tmp_path / x, temporal_address, x),
+                agent=answer,
+                prefix=f"/agents/{x}",
+            )
+            for x in (b_id, c_id)
+        ]
+        async with (
+            serving(llm, *helpers) as url,
+            a2a_client(f"{url}/agents/llm", streaming=False) as client,
+        ):
+            task = await send_blocking(client, user_message("hello"))
+        offered = [t["function"]["name"] for t in server.requests[0].body["tools"]]
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert offered == ["ask_" + b_id.replace("-", "_")]
+
+    wrong = Harness(
+        agent_settings(
+            tmp_path / "wrong", temporal_address, model=model("http://127.0.0.1:9", ["zed"])
+        )
+    )
+    with pytest.raises(ConfigError, match=r"'model.agents\[0\]' is 'zed': not an agent it can ask"):
+        HarnessGroup(
+            wrong, Harness(agent_settings(tmp_path / "b2", temporal_address), agent=answer)
+        )
 
 
 TERMINAL = (

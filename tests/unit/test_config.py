@@ -583,6 +583,12 @@ def test_ui_dir_is_resolved_beside_the_file_and_must_be_an_existing_directory(
         ('kind = "echo"\nfactory = "a.b:c"', "'model.factory' is only used"),
         ('kind = "openai"\nname = "m"\nmax_steps = 0', "'model.max_steps' is 0"),
         ('kind = "openai"\nname = "m"\nbase_url = "ftp://x"', "'model.base_url' is 'ftp://x'"),
+        ('kind = "echo"\nagents = ["b"]', "'model.agents' is only used when model.kind is"),
+        (
+            'kind = "openai"\nname = "m"\nagents = ["b", "b"]',
+            "'model.agents[1]' is 'b': is named twice",
+        ),
+        ('kind = "openai"\nname = "m"\nagents = "b"', "'model.agents' must be a list of strings"),
     ],
 )
 def test_a_wrong_model_section_names_the_key_and_what_is_allowed(
