@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,51 @@ def listen(bind: str) -> socket.socket:
         ) from None
 
 
+class AccessLog:
+    """One INFO line per HTTP request on ``harness.access``, when its response has been sent:
+    client address, method, path (without the query string, which may carry a token), status,
+    body bytes and the time taken. Hypercorn's own access log also logs a response whose client
+    closed the connection at the last moment as a second line without a status."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        began = time.perf_counter()
+        status: list[int] = []
+        sent = 0
+
+        async def counting(message: Any) -> None:
+            nonlocal sent
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting)
+        finally:
+            client = scope.get("client")
+            where = f"{client[0]}:{client[1]}" if client else "-"
+            _access.info(
+                '%s "%s %s HTTP/%s" %s %d %dus',
+                where,
+                scope.get("method", "-"),
+                scope.get("path", "-"),
+                scope.get("http_version", "1.1"),
+                status[0] if status else "-",
+                sent,
+                int((time.perf_counter() - began) * 1_000_000),
+            )
+
+
+_access = logging.getLogger("harness.access")
+
+
 async def serve_http(
     app: Any,
     bind: str,
@@ -61,6 +107,7 @@ async def serve_http(
     *,
     on_stop: Callable[[], None] | None = None,
     sock: socket.socket | None = None,
+    access_log: bool = False,
     task_status: TaskStatus[tuple[str, int]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` on ``bind`` until ``shutdown_trigger`` returns or the caller is cancelled.
@@ -76,7 +123,9 @@ async def serve_http(
         # Hypercorn wraps the descriptor in its own socket object and closes it; give it a copy.
         config.bind = [f"fd://{os.dup(sock.fileno())}"]
         config.graceful_timeout = graceful_timeout
-        config.accesslog = None
+        config.accesslog = None  # ours (AccessLog) says once what each request got
+        if access_log:
+            app = AccessLog(app)
         config.errorlog = logging.getLogger("hypercorn.error")
         actual = sock.getsockname()
         serve: Callable[..., Awaitable[None]]
@@ -152,7 +201,12 @@ async def _serve(
 
         async with anyio.create_task_group() as http:
             address = await http.start(
-                partial(serve_http, on_stop=drain, sock=sock),
+                partial(
+                    serve_http,
+                    on_stop=drain,
+                    sock=sock,
+                    access_log=any(h.settings.server.access_log for h in group.harnesses),
+                ),
                 app,
                 group.bind,
                 graceful,

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import sqlite3
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Generator
 from datetime import UTC, datetime
 from functools import partial
@@ -86,6 +87,15 @@ class LlmLoop(Protocol):
     ) -> ModelStep: ...
 
     async def call_tool(self, call: ToolCallInput) -> ToolCallOutput: ...
+
+
+def _where(error: BaseException) -> str:
+    """Where an exception was raised: the innermost frame's file, line and function."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "no traceback"
+    last = frames[-1]
+    return f"{last.filename}:{last.lineno}, in {last.name}"
 
 
 class AgentActivities:
@@ -325,9 +335,34 @@ class AgentActivities:
                     type="WorkerStopped",
                     category=ApplicationErrorCategory.BENIGN,
                 ) from None
+            details = activity.cancellation_details()
+            if details is not None and not details.cancel_requested:
+                # Temporal no longer wants this attempt (its workflow moved on: a canceled task
+                # ended without waiting for it, a timeout): nothing failed, so no traceback.
+                raise ApplicationError(
+                    "the attempt was called off",
+                    type="AttemptCalledOff",
+                    category=ApplicationErrorCategory.BENIGN,
+                ) from None
             raise
         if failure:
-            raise failure[0]
+            error = failure[0]
+            if isinstance(error, ApplicationError):
+                raise error  # ours, classified (a model's or a tool's failure)
+            # The agent's own code raised: one line saying what and where (the traceback with
+            # --log-level DEBUG), not one traceback per attempt from temporalio.
+            log.warning(
+                "task %s: the agent raised %s: %s (%s); the turn is tried again until its "
+                "attempts are spent",
+                task_id,
+                type(error).__name__,
+                error,
+                _where(error),
+            )
+            log.debug("the agent's failure in full", exc_info=error)
+            raise ApplicationError(
+                str(error), type=type(error).__name__, category=ApplicationErrorCategory.BENIGN
+            ) from None
         if stopped and not result:
             raise ApplicationError(
                 "the worker stopped during this attempt",

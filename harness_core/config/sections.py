@@ -93,6 +93,7 @@ class ServerConfig:
     rate_limit_per_minute: int = 0  # requests a minute per client address; 0 means no limit
     cors_origins: tuple[str, ...] = ()  # "*" or origins like "https://app.example.com"
     ui_dir: Path | None = None  # static files served at <public URL>/ui; an existing directory
+    access_log: bool = False  # one INFO line per request on the "harness.access" logger
 
 
 @attrs.frozen

@@ -456,6 +456,7 @@ class TaskService(TaskPushes):
             ) from None
         if record.state != "TASK_STATE_CANCELED":
             raise TaskNotCancelableError(f"task {task_id} ended before it could be canceled")
+        log.info("task %s canceled by a client", task_id)
         return await self._record_view(record)
 
 

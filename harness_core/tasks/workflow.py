@@ -150,7 +150,9 @@ class TaskWorkflow(LlmTurn):
                         RUN_TURN, request, TurnOutcome, local=local, attempts=TURN_ATTEMPTS
                     )
                 except (ActivityError, ApplicationError) as error:
-                    workflow.logger.warning("turn %d of task %s failed", task.turns, start.task_id)
+                    workflow.logger.warning(
+                        "turn %d of task %s failed; the task fails", task.turns, start.task_id
+                    )
                     outcome = turn_failed(error)
             held = (workflow.now() - began).total_seconds()
             if local and held >= LONG_TURN:

@@ -200,7 +200,7 @@ def test_an_unknown_key_names_the_key_the_file_and_the_allowed_keys(tmp_path: Pa
 
     assert message.endswith(
         "unknown key 'server.bnd' (allowed in [server]: bind, base_url, graceful_timeout, "
-        "max_request_bytes, rate_limit_per_minute, cors_origins, ui_dir)"
+        "max_request_bytes, rate_limit_per_minute, cors_origins, ui_dir, access_log)"
     )
 
 
