@@ -385,7 +385,7 @@ def _status_error(status: int, retry_after: float | None) -> ModelCallError:
             409: "conflict",
         }.get(status, "server error")
         return ModelCallError(
-            f"the model server answered {status} ({reason}); retrying",
+            f"the model server answered {status} ({reason})",
             retryable=True,
             retry_after=retry_after,
             status_code=status,
@@ -411,11 +411,9 @@ def _headers_retry_after(status: int, headers: Mapping[str, str]) -> float | Non
 
 def _unreachable(timeout: bool) -> ModelCallError:
     if timeout:
-        return ModelCallError(
-            "the model server did not answer in time (timeout); retrying", retryable=True
-        )
+        return ModelCallError("the model server did not answer in time (timeout)", retryable=True)
     return ModelCallError(
-        "the connection to the model server failed (connection error); retrying", retryable=True
+        "the connection to the model server failed (connection error)", retryable=True
     )
 
 
@@ -449,9 +447,7 @@ def model_call_error(error: BaseException) -> ModelCallError | None:
     if isinstance(error, openai.APIConnectionError | anthropic.APIConnectionError):
         return _unreachable(timeout=False)
     if isinstance(error, openai.APIError | anthropic.APIError):
-        return ModelCallError(
-            "the model server failed (error in its answer); retrying", retryable=True
-        )
+        return ModelCallError("the model server failed (error in its answer)", retryable=True)
     if isinstance(error, httpx2.HTTPStatusError | httpx.HTTPStatusError):
         status = error.response.status_code
         return _status_error(status, _headers_retry_after(status, dict(error.response.headers)))
@@ -490,7 +486,7 @@ def _from_model_api_error(error: pai_errors.ModelAPIError) -> ModelCallError:
         return _unreachable(timeout=isinstance(error, pai_errors.ModelTimeoutError))
     if isinstance(error, pai_errors.ModelRequestTimeout):
         return ModelCallError(
-            "the model server did not answer within the request timeout; retrying", retryable=True
+            "the model server did not answer within the request timeout", retryable=True
         )
     if isinstance(error, pai_errors.ModelAuthenticationError):
         return ModelCallError(f"the model server refused the API key: {_KEY_HINT}", retryable=False)
@@ -507,7 +503,7 @@ def _from_model_api_error(error: pai_errors.ModelAPIError) -> ModelCallError:
     else:
         kind = "server error"
     return ModelCallError(
-        f"the model server failed ({kind}); retrying", retryable=True, retry_after=error.retry_after
+        f"the model server failed ({kind})", retryable=True, retry_after=error.retry_after
     )
 
 

@@ -13,12 +13,13 @@ provider's text.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from harness_core.agents.context import ActivityTurnContext
 from harness_core.agents.turn import TurnMessage
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from harness_core.agents.tools import LoadedTool
 
 __all__ = ["ModelLoop"]
+
+log = logging.getLogger("harness.worker")
 
 
 class ModelLoop:
@@ -137,10 +140,19 @@ class ModelLoop:
                 self._model, messages, tools, on_text_delta=ctx.delta, stream=stream
             )
         except llm.ModelCallError as error:
+            # One line of ours; temporalio logs a benign failure at DEBUG only, without the
+            # traceback of the provider's exception.
+            log.warning(
+                "task %s: a model request failed: %s%s",
+                ctx.task_id,
+                error.message,
+                "" if error.retryable else " (not retried)",
+            )
             raise ApplicationError(
                 error.message,
                 type="ModelRefused" if not error.retryable else "ModelUnavailable",
                 non_retryable=not error.retryable,
+                category=ApplicationErrorCategory.BENIGN,
                 next_retry_delay=(
                     timedelta(seconds=error.retry_after) if error.retry_after is not None else None
                 ),

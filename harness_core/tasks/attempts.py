@@ -28,6 +28,7 @@ from harness_core.payloads import TaskStart
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
+    "MODEL_ATTEMPTS",
     "STALLED",
     "TASK_CANCELED",
     "TOOL_ATTEMPTS",
@@ -37,8 +38,11 @@ __all__ = [
     "not_counted",
 ]
 
-#: Attempts of a turn (or a model request) that failed by itself; stops and crashes do not count.
+#: Attempts of a turn that failed by itself; stops and crashes do not count.
 TURN_ATTEMPTS = 3
+#: Attempts of a model request that failed for a reason that may pass (unreachable, 5xx, 429):
+#: with the backoff, a model server gets ~5 s to come back before the turn fails.
+MODEL_ATTEMPTS = 5
 #: A tool's attempts when it is idempotent (one otherwise).
 TOOL_ATTEMPTS = 3
 #: The failure type of a turn stopped because a client canceled the task (the activity saw it in

@@ -28,9 +28,9 @@ from harness_core.payloads import (
     TurnRequest,
 )
 from harness_core.tasks.attempts import (
+    MODEL_ATTEMPTS,
     STALLED,
     TOOL_ATTEMPTS,
-    TURN_ATTEMPTS,
     Attempts,
     failure_type,
     not_counted,
@@ -45,7 +45,11 @@ def turn_failed(error: BaseException) -> TurnOutcome:
     """A turn (or a model request) whose attempts are spent: the task fails, in our words."""
     cause = error.__cause__ if isinstance(error, ActivityError) else error
     text = "the agent could not complete this task"
-    if isinstance(cause, ApplicationError) and cause.type in ("ModelRefused", STALLED):
+    if isinstance(cause, ApplicationError) and cause.type in (
+        "ModelRefused",
+        "ModelUnavailable",
+        STALLED,
+    ):
         # Our own message (the activity classified the provider's answer, or the workflow
         # counted the stalls), safe to show.
         text = f"{text}: {cause.message}"
@@ -89,7 +93,7 @@ class LlmTurn:
                     # Streams follow the model's text live only when the workflow is free to
                     # answer their reads.
                     local=local,
-                    attempts=TURN_ATTEMPTS,
+                    attempts=MODEL_ATTEMPTS,
                 )
             except (ActivityError, ApplicationError) as error:
                 return turn_failed(error)

@@ -4,6 +4,7 @@ on loopback, tools as their own activities, streamed text, classified failures, 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, SendMessageRequest, Tas
 from google.protobuf.json_format import MessageToJson
 
 from harness_core.temporal.names import TOOL_CALL
-from tests.conftest import a2a_client, serving, user_message
+from tests.conftest import a2a_client, free_port, serving, user_message
 from tests.fakes.model_servers import (
     FakeServer,
     error_reply,
@@ -134,6 +135,24 @@ async def test_a_blocking_turn_with_a_tool_is_one_workflow_task_and_asks_without
     assert len(completed) == 1
     markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
     assert len(markers) >= 4  # two model requests, the tool, the record
+
+
+async def test_an_unreachable_model_server_is_tried_again_then_named_in_the_failure(
+    make_harness, caplog
+):
+    caplog.set_level(logging.INFO)
+    closed = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    harness = make_harness(model={"kind": "openai", "name": "m", "base_url": closed})
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("hello"))
+    assert task.status.state == TaskState.TASK_STATE_FAILED
+    assert task.status.message.parts[0].text == (
+        "the agent could not complete this task: the connection to the model server failed "
+        "(connection error)"
+    )
+    failed = [r for r in caplog.records if "a model request failed" in r.getMessage()]
+    assert len(failed) == 5
+    assert not [r for r in caplog.records if r.exc_info is not None and r.levelno >= logging.INFO]
 
 
 async def test_a_refused_key_fails_the_turn_at_once_with_our_message(
