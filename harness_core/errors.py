@@ -71,6 +71,15 @@ class EmbeddedTemporalError(HarnessError):
         return cls(f"the embedded Temporal dev server on {address} does not answer ({reason})")
 
 
+class EmbeddedServerInUse(EmbeddedTemporalError):
+    """The embedded database is locked by another live process, which runs its server."""
+
+    def __init__(self, message: str, *, database: str, owner: int | None) -> None:
+        super().__init__(message)
+        self.database = database
+        self.owner = owner
+
+
 class TemporalConnectionError(HarnessError):
     """The remote Temporal server could not be reached, or it refused the connection."""
 

@@ -17,7 +17,7 @@ import hashlib
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import attrs
@@ -33,7 +33,7 @@ from temporalio.runtime import (
 from harness_core.bridge import TemporalBridge, current_backend, open_bridge
 from harness_core.config import Settings
 from harness_core.embedded import EmbeddedServer, open_embedded_temporal
-from harness_core.errors import ConfigError
+from harness_core.errors import ConfigError, EmbeddedServerInUse, EmbeddedTemporalError
 from harness_core.temporal.codec import PayloadStore, claim_check_converter, payload_store_of
 
 __all__ = ["TemporalConnection", "TemporalPool", "pool"]
@@ -207,6 +207,28 @@ class TemporalPool:
             finally:
                 del self._connections[key]
 
+    @staticmethod
+    async def _stack_embedded(
+        settings: Settings, namespace: str
+    ) -> AbstractAsyncContextManager[EmbeddedServer]:
+        """The embedded server, entered as far as its lock: a database another process holds
+        raises ``EmbeddedServerInUse`` here, before anything starts."""
+        stack = contextlib.AsyncExitStack()
+        try:
+            server = await stack.enter_async_context(
+                open_embedded_temporal(settings.database_path, namespaces=(namespace,))
+            )
+        except BaseException:
+            await stack.aclose()
+            raise
+
+        @contextlib.asynccontextmanager
+        async def entered() -> AsyncGenerator[EmbeddedServer, None]:
+            async with stack:
+                yield server
+
+        return entered()
+
     @contextlib.asynccontextmanager
     async def _open(
         self, settings: Settings, bridge: TemporalBridge
@@ -215,9 +237,27 @@ class TemporalPool:
         payloads = await anyio.to_thread.run_sync(PayloadStore, settings.payloads_path)
         data_converter = claim_check_converter(payloads)
         if settings.temporal.mode == "embedded":
-            async with open_embedded_temporal(
-                settings.database_path, namespaces=(namespace,)
-            ) as server:
+            try:
+                opened = await self._stack_embedded(settings, namespace)
+            except EmbeddedServerInUse as busy:
+                # Another `harness serve` of this directory runs the server: use it (its
+                # address is in the database's state file) rather than refuse to start.
+                address = await anyio.to_thread.run_sync(_shared_address, settings)
+                if address is None:
+                    raise
+                client = await bridge.call(
+                    lambda: _connect_shared(address, namespace, data_converter)
+                )
+                logging.getLogger("harness.temporal").info(
+                    "the embedded Temporal dev server of %s runs in process %s: this process "
+                    "uses it on %s (it stops with that process)",
+                    busy.database,
+                    busy.owner if busy.owner is not None else "(unknown)",
+                    address,
+                )
+                yield TemporalConnection(client, bridge, namespace, address, None, payloads)
+                return
+            async with opened as server:
 
                 async def connect_embedded() -> Client:
                     from harness_core.errors import EmbeddedTemporalError
@@ -282,3 +322,25 @@ def temporal_runtime() -> Runtime:
             )
         )
     return _runtime
+
+
+def _shared_address(settings: Settings) -> str | None:
+    """The loopback address of the embedded server another process runs on this agent's
+    database (its state file), or None when it names none."""
+    from harness_core.embedded.command import LOOPBACK
+    from harness_core.embedded.database import read_state_port, sibling
+
+    port = read_state_port(sibling(settings.database_path.resolve(), ".server.json"))
+    return f"{LOOPBACK}:{port}" if port is not None else None
+
+
+async def _connect_shared(address: str, namespace: str, data_converter: Any) -> Client:
+    try:
+        return await Client.connect(
+            address,
+            namespace=namespace,
+            data_converter=data_converter,
+            runtime=temporal_runtime(),
+        )
+    except RuntimeError as exc:  # "Failed client connect: <Rust transport error>"
+        raise EmbeddedTemporalError.connect_failed(address, exc) from exc

@@ -17,12 +17,13 @@ import os
 from pathlib import Path
 from typing import cast
 
-from harness_core.errors import EmbeddedTemporalError
+from harness_core.errors import EmbeddedServerInUse, EmbeddedTemporalError
 
 __all__ = [
     "lock_database",
     "prepare_database",
     "read_state_pid",
+    "read_state_port",
     "remove_quietly",
     "secure_database_files",
     "sibling",
@@ -80,9 +81,11 @@ def lock_database(database: Path) -> int:
             where = f"this process (pid {owner})"
         else:
             where = f"another process (pid {owner if owner is not None else 'unknown'})"
-        raise EmbeddedTemporalError(
+        raise EmbeddedServerInUse(
             f"the database {database} is in use by {where}; "
-            "stop it or give this server another database"
+            "stop it or give this server another database",
+            database=str(database),
+            owner=owner,
         ) from None
     except OSError as error:
         os.close(fd)
@@ -130,6 +133,18 @@ def write_state(state_path: Path, *, pid: int, port: int, database: Path) -> Non
             f"cannot write the state file {state_path} of the Temporal database {database}: "
             f"{error.strerror or error}"
         ) from error
+
+
+def read_state_port(state_path: Path) -> int | None:
+    """The port in the state file, or None."""
+    try:
+        state: object = json.loads(state_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    port = cast("dict[object, object]", state).get("port") if isinstance(state, dict) else None
+    if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536:
+        return port
+    return None
 
 
 def read_state_pid(state_path: Path) -> int | None:

@@ -488,6 +488,41 @@ def test_a_task_accepted_before_a_sigkill_completes_after_a_restart(tmp_path: Pa
     assert dev_servers_on(database) == []
 
 
+def test_a_second_serve_in_the_same_directory_uses_the_first_ones_dev_server(
+    tmp_path: Path,
+) -> None:
+    """Two `harness serve` of two agents in one directory: the second finds the embedded
+    database in use, says in one line that it uses the first one's server, and serves."""
+    ports = {agent_id: free_port() for agent_id in ("first", "second")}
+    paths = {}
+    for agent_id, port in ports.items():
+        paths[agent_id] = write_config(
+            tmp_path,
+            f'[agent]\nid = "{agent_id}"\n[server]\nbind = "127.0.0.1:{port}"\n'
+            'graceful_timeout = "2s"\n',
+        ).rename(tmp_path / f"{agent_id}.toml")
+    database = tmp_path / ".harness" / "temporal.sqlite3"
+    first = Server(paths["first"], ports["first"])
+    try:
+        second = Server(paths["second"], ports["second"])
+        try:
+            assert "this process uses it on 127.0.0.1:" in second.log
+            assert len(dev_servers_on(database)) == 1
+            reply = rpc(
+                second.url,
+                "SendMessage",
+                {"message": {"messageId": "s1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+            )
+            assert second.stop() == 0
+        finally:
+            second.kill()
+        assert first.stop() == 0
+    finally:
+        first.kill()
+    assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert dev_servers_on(database) == []
+
+
 def test_two_agents_in_one_process_share_one_dev_server_and_answer_on_their_own_paths(
     tmp_path: Path,
 ) -> None:
