@@ -216,7 +216,11 @@ class TemporalPool:
         stack = contextlib.AsyncExitStack()
         try:
             server = await stack.enter_async_context(
-                open_embedded_temporal(settings.database_path, namespaces=(namespace,))
+                open_embedded_temporal(
+                    settings.database_path,
+                    namespaces=(namespace,),
+                    ui_port=settings.temporal.embedded.ui_port,
+                )
             )
         except BaseException:
             await stack.aclose()

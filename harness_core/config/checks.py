@@ -76,12 +76,23 @@ def validate(settings: Settings, label: str) -> None:
                     f"{label}: 'temporal.{name}' is only allowed when "
                     'temporal.mode = "remote" (mode is "embedded")'
                 )
-    else:
-        if temporal.embedded.database_path is not None:
-            raise ConfigError(
-                f"{label}: 'temporal.embedded.database_path' is only allowed when "
-                'temporal.mode = "embedded" (mode is "remote")'
+        if not 0 <= temporal.embedded.ui_port <= 65535:
+            raise bad_value(
+                label,
+                "temporal.embedded.ui_port",
+                temporal.embedded.ui_port,
+                "must be a port from 1 to 65535, or 0 for no Web UI",
             )
+    else:
+        for name, value in (
+            ("database_path", temporal.embedded.database_path),
+            ("ui_port", temporal.embedded.ui_port or None),
+        ):
+            if value is not None:
+                raise ConfigError(
+                    f"{label}: 'temporal.embedded.{name}' is only allowed when "
+                    'temporal.mode = "embedded" (mode is "remote")'
+                )
         if temporal.address is None:
             raise ConfigError(
                 f"{label}: 'temporal.address' is required when temporal.mode = \"remote\" "

@@ -61,6 +61,7 @@ class EmbeddedConfig:
     """``[temporal.embedded]``: the Temporal dev server the runtime starts itself."""
 
     database_path: Path | None = None  # None means temporal.sqlite3 beside the store
+    ui_port: int = 0  # Temporal's Web UI on 127.0.0.1:<ui_port>; 0 means none (headless)
 
 
 @attrs.frozen

@@ -43,8 +43,15 @@ def find_temporal_binary() -> Path:
     )
 
 
-def server_command(binary: Path, database: Path, port: int, namespaces: Sequence[str]) -> list[str]:
-    command = [str(binary), "server", "start-dev", "--headless"]
+def server_command(
+    binary: Path, database: Path, port: int, namespaces: Sequence[str], ui_port: int = 0
+) -> list[str]:
+    command = [str(binary), "server", "start-dev"]
+    if ui_port:
+        # The Web UI on loopback; no news fetched from the internet.
+        command += ["--ui-ip", LOOPBACK, "--ui-port", str(ui_port), "--ui-disable-news-fetch"]
+    else:
+        command += ["--headless"]
     command += ["--ip", LOOPBACK, "--port", str(port), "--db-filename", str(database)]
     command += ["--log-level", "warn"]
     # A bare string is one name, not a sequence of one-letter names.

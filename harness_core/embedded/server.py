@@ -67,6 +67,7 @@ async def open_embedded_temporal(
     *,
     namespaces: Sequence[str] = ("default",),
     start_timeout: float = 30.0,
+    ui_port: int = 0,
 ) -> AsyncGenerator[EmbeddedServer, None]:
     """Start ``temporal server start-dev`` on loopback with its database file; stop it on exit.
 
@@ -79,6 +80,8 @@ async def open_embedded_temporal(
         EmbeddedTemporalError: the CLI is missing, the database is in use by another live
             process, or the server exited or did not answer within ``start_timeout`` seconds
             (the message carries its last output lines).
+
+    ``ui_port``: serve Temporal's Web UI on that loopback port too (0: no UI).
     """
     binary = find_temporal_binary()
     database = prepare_database(database_path)
@@ -87,7 +90,7 @@ async def open_embedded_temporal(
         state_path = sibling(database, ".server.json")
         await stop_leftover_server(database, state_path)
         port = free_port()
-        command = server_command(binary, database, port, namespaces)
+        command = server_command(binary, database, port, namespaces, ui_port)
         _log.debug("starting %s", shlex.join(command))
         process = await spawn(command, binary)
         run = ServerRun(process, database, port)
@@ -107,6 +110,13 @@ async def open_embedded_temporal(
                     secure_database_files(database)
                     address = f"{LOOPBACK}:{port}"
                     _log.info("embedded Temporal dev server on %s (database %s)", address, database)
+                    if ui_port:
+                        _log.info(
+                            "Temporal Web UI on http://%s:%d (a task is the workflow whose id is "
+                            "the task's id)",
+                            LOOPBACK,
+                            ui_port,
+                        )
                     server = EmbeddedServer(
                         address=address, database_path=database, pid=process.pid
                     )

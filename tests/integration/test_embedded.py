@@ -261,3 +261,25 @@ async def test_a_server_that_cannot_start_is_reported_with_the_reason(tmp_path: 
             pytest.fail("started on a database that is not SQLite")
     assert not _state_file(not_sqlite).exists()
     assert not_sqlite.read_text() == "this is not a SQLite database\n"
+
+
+async def test_the_web_ui_is_served_on_loopback_when_asked_for(tmp_path: Path, caplog) -> None:
+    import httpx
+
+    from harness_core.embedded.command import free_port
+
+    caplog.set_level(logging.INFO, logger="harness.temporal")
+    port = free_port()
+    async with (
+        open_embedded_temporal(tmp_path / "temporal.db", ui_port=port),
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http,
+    ):
+        page = await http.get("/")
+        # Its API reaches the server (after the UI's first dial, which may come too early).
+        with anyio.fail_after(20):
+            while (api := await http.get("/api/v1/namespaces")).status_code != 200:
+                await anyio.sleep(0.2)
+    assert page.status_code == 200
+    assert "text/html" in page.headers["content-type"]
+    assert "default" in api.text
+    assert f"Temporal Web UI on http://127.0.0.1:{port}" in caplog.text

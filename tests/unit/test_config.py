@@ -216,7 +216,7 @@ def test_an_unknown_key_in_a_nested_table_names_its_full_path(tmp_path: Path) ->
     message = error_for(tmp_path, '[temporal.embedded]\npath = "x"\n')
 
     assert "unknown key 'temporal.embedded.path'" in message
-    assert "(allowed in [temporal.embedded]: database_path)" in message
+    assert "(allowed in [temporal.embedded]: database_path, ui_port)" in message
 
 
 def test_a_section_that_is_not_a_table_is_refused(tmp_path: Path) -> None:
@@ -631,3 +631,27 @@ def test_a_model_server_configuration_loads_and_its_key_comes_from_the_environme
 def test_a_malformed_media_type_is_refused(tmp_path: Path) -> None:
     message = error_for(tmp_path, '[agent]\ninput_modes = ["images"]\n')
     assert "'agent.input_modes[0]' is 'images': must be a media type" in message
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            "[temporal.embedded]\nui_port = 70000\n",
+            "'temporal.embedded.ui_port' is 70000: must be a port from 1 to 65535, or 0",
+        ),
+        (
+            '[temporal]\nmode = "remote"\naddress = "127.0.0.1:7233"\n'
+            "[temporal.embedded]\nui_port = 8233\n",
+            "'temporal.embedded.ui_port' is only allowed when temporal.mode = \"embedded\"",
+        ),
+    ],
+    ids=["out-of-range", "remote"],
+)
+def test_the_web_ui_port_is_checked(tmp_path: Path, body: str, expected: str) -> None:
+    assert expected in error_for(tmp_path, body)
+
+
+def test_the_web_ui_port_loads(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "[temporal.embedded]\nui_port = 8233\n"))
+    assert settings.temporal.embedded.ui_port == 8233
