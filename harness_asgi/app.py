@@ -233,6 +233,14 @@ def needs_identity(route_path: str) -> bool:
     )
 
 
+def _request_origin(scope: Scope) -> str | None:
+    """``scheme://host[:port]`` as the client addressed the request (its Host header)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"host":
+            return f"{scope.get('scheme', 'http')}://{value.decode('latin-1')}"
+    return None
+
+
 def route_path(scope: Scope) -> str:
     """The request's path below the app's ``root_path``."""
     path, root = str(scope.get("path", "")), str(scope.get("root_path", ""))
@@ -254,13 +262,19 @@ class MountCheck:
         self._verdict: str | None = None  # None until the first request; "" when fine
         self._warned_not_started = False
 
-    def problem(self, served_at: str, misrouted: str | None = None) -> str:
+    def problem(
+        self, served_at: str, misrouted: str | None = None, origin: str | None = None
+    ) -> str:
         """'' when the agent, served under ``served_at``, is where its public URL says;
-        otherwise what is wrong. ``misrouted`` is a finding of the caller's own."""
+        otherwise what is wrong. ``misrouted`` is a finding of the caller's own; ``origin`` the
+        request's own (``scheme://host``): a guessed public URL it confirms is not warned about."""
         if self._verdict is None:
             wrong = misrouted
             if wrong is None:
-                if self._harness.public_url_is_a_guess:
+                guessed = urlsplit(self._harness.public_url)
+                if self._harness.public_url_is_a_guess and origin != (
+                    f"{guessed.scheme}://{guessed.netloc}"
+                ):
                     log.warning(
                         "agent %s has no [server] base_url: its card advertises %s, which is only "
                         "right if clients reach the app at http://<bind>; set base_url",
@@ -438,7 +452,9 @@ class HarnessApp:
             # No A2A route speaks WebSocket; refuse rather than route it past the checks.
             await send({"type": "websocket.close", "code": 1008})
             return
-        problem = self.mount_check.problem(str(scope.get("root_path", "")))
+        problem = self.mount_check.problem(
+            str(scope.get("root_path", "")), origin=_request_origin(scope)
+        )
         if problem:
             await _error(500, problem)(scope, receive, send)
             return

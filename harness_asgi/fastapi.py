@@ -218,7 +218,9 @@ class _Guard:
     async def __call__(self, request: Request) -> None:
         harness = self._harness
         served_at = str(request.scope.get("root_path", "")) + harness.prefix
-        problem = self._check.problem(served_at, _misrouted(request))
+        problem = self._check.problem(
+            served_at, _misrouted(request), origin=f"{request.url.scheme}://{request.url.netloc}"
+        )
         if problem:
             raise HTTPException(status_code=500, detail=problem)
         if harness.state is not AgentState.READY:

@@ -88,6 +88,9 @@ class AgentState(enum.StrEnum):
     FAILED = "failed"
 
 
+#: How long an ``[[agents]]`` card may fail to be fetched at start before that is a warning.
+REMOTE_GRACE = 10.0
+
 class Harness:
     """One durable A2A agent.
 
@@ -414,12 +417,15 @@ class Harness:
         return next((r for r in self.settings.agents if r.id == agent_id), None)
 
     async def _check_remotes(self) -> None:
-        """Fetch each ``[[agents]]`` card at start; one that cannot be fetched is a warning,
-        tried again with backoff (delegations to it are tried anyway)."""
+        """Fetch each ``[[agents]]`` card at start, tried again with backoff; one that cannot be
+        fetched is a warning (delegations to it are tried anyway), once it has failed for
+        ``REMOTE_GRACE`` seconds: at start it may be served by the same HTTP server, which only
+        listens once every agent has started (a host's lifespan runs before it binds)."""
 
         async def check(remote: RemoteAgentConfig) -> None:
-            delay = 1.0
+            delay = 0.25
             warned = False
+            began = anyio.current_time()
             while True:
                 problem, summary = await card_problem(remote.url)
                 if problem is None:
@@ -428,15 +434,16 @@ class Harness:
                         "agent %s: remote agent %s is at %s", self.agent_id, remote.id, remote.url
                     )
                     return
+                late = anyio.current_time() - began >= REMOTE_GRACE
                 log.log(
-                    logging.DEBUG if warned else logging.WARNING,
+                    logging.WARNING if late and not warned else logging.DEBUG,
                     "agent %s: remote agent %s (%s): %s; trying again",
                     self.agent_id,
                     remote.id,
                     remote.url,
                     problem,
                 )
-                warned = True
+                warned = warned or late
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 300.0)
 

@@ -15,8 +15,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from harness_core import Harness, HarnessGroup, load_settings
+from harness_core.logs import configure_logging
 
 HERE = Path(__file__).parent
+
+# The host configures logging (Hypercorn only configures its own loggers): the agents' INFO lines,
+# each tagged with its agent, secrets masked.
+configure_logging("INFO")
 
 agents = [
     Harness(load_settings(HERE / f"{name}.toml"), prefix=f"/agents/{name}") for name in "abcde"

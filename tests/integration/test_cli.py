@@ -82,6 +82,14 @@ class Server:
             self.process.kill()
             self.process.wait()
 
+    def close(self) -> None:
+        """Stop it if it still runs (SIGTERM: its dev server stops with it), else nothing."""
+        if self.process.poll() is None:
+            try:
+                self.stop()
+            except subprocess.TimeoutExpired:
+                self.kill()
+
 
 def rpc(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
     response = httpx.post(
@@ -515,10 +523,10 @@ def test_a_second_serve_in_the_same_directory_uses_the_first_ones_dev_server(
             )
             assert second.stop() == 0
         finally:
-            second.kill()
+            second.close()
         assert first.stop() == 0
     finally:
-        first.kill()
+        first.close()
     assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert dev_servers_on(database) == []
 

@@ -81,6 +81,28 @@ async def test_two_agents_mounted_in_a_host_app_answer_at_their_prefixed_urls(
     assert monitor["publicUrl"] == f"{base}/agents/b"
 
 
+async def test_no_base_url_warning_when_the_request_confirms_the_guessed_url(
+    tmp_path: Path, temporal_address: str, caplog: pytest.LogCaptureFixture
+):
+    """Given a mounted agent without base_url whose [server] bind is where the host listens,
+    when a client reaches it at that address, then no warning about base_url: the guess holds."""
+    port = free_port()
+    harness = Harness(
+        agent_settings(tmp_path, temporal_address, server={"bind": f"127.0.0.1:{port}"}),
+        prefix="/agents/a",
+    )
+    app = Starlette(
+        routes=[Mount("/agents/a", app=harness.asgi_app())],
+        lifespan=harnesses_lifespan(harness),
+    )
+    with caplog.at_level(logging.WARNING, logger="harness.http"):
+        async with serving_app(app, port=port) as url, httpx.AsyncClient() as http:
+            card = await http.get(f"{url}/agents/a/.well-known/agent-card.json")
+    assert card.status_code == 200
+    assert card.json()["supportedInterfaces"][0]["url"].startswith(f"http://127.0.0.1:{port}/")
+    assert not [r for r in caplog.records if "base_url" in r.getMessage()]
+
+
 async def test_a_mounted_agent_answers_503_until_the_host_starts_it(
     tmp_path: Path, temporal_address: str, caplog: pytest.LogCaptureFixture
 ):
