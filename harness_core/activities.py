@@ -14,6 +14,7 @@ import logging
 import sqlite3
 import time
 import traceback
+import uuid
 from collections.abc import Awaitable, Callable, Generator
 from datetime import UTC, datetime
 from functools import partial
@@ -202,7 +203,28 @@ class AgentActivities:
             new_ids=request.new_ids,
             publish=partial(self.live.publish, self.agent_id, request.task_id),
             agents=dict(self.delegates()),
+            earlier=partial(self._context_history, request, history),
         )
+
+    async def _context_history(
+        self, request: TurnRequest, history: tuple[TurnMessage, ...], limit: int
+    ) -> tuple[TurnMessage, ...]:
+        """``TurnContext.context_history``: the first task of a context (its id derived from
+        the task's, as for every task a client starts without one) has none, read from nowhere."""
+        if request.context_id == str(uuid.uuid5(uuid.NAMESPACE_URL, request.task_id)):
+            return ()
+        wanted = set(request.new_ids)
+        senders = [m.sender for m in history if m.message_id in wanted and m.role == "user"]
+        participant = senders[-1] if senders else None
+        rows = await anyio.to_thread.run_sync(
+            self.store.context_messages,
+            request.context_id,
+            self.agent_id,
+            participant,
+            request.task_id,
+            limit,
+        )
+        return tuple(message_from_json(m, sender) for m, sender in rows)
 
     @activity.defn(name=RUN_TURN)
     async def run_turn(self, request: TurnRequest) -> TurnOutcome:

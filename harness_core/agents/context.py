@@ -9,7 +9,7 @@ replaces the artifact. Live text deltas are coalesced into chunks of the respons
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from harness_core.agents.parts import artifact_to_json, parts_to_json
@@ -48,8 +48,10 @@ class ActivityTurnContext:
         new_ids: Sequence[str],
         publish: Callable[[str, ProtoJSON], None] | None = None,
         agents: Mapping[str, str] | None = None,
+        earlier: Callable[[int], Awaitable[tuple[TurnMessage, ...]]] | None = None,
     ) -> None:
         self._task_id = task_id
+        self._earlier = earlier
         self._agents: Mapping[str, str] = agents or {}
         self._context_id = context_id
         self._number = number
@@ -67,6 +69,11 @@ class ActivityTurnContext:
     @property
     def task_id(self) -> str:
         return self._task_id
+
+    async def context_history(self, limit: int = 50) -> tuple[TurnMessage, ...]:
+        if limit <= 0 or self._earlier is None:
+            return ()
+        return await self._earlier(limit)
 
     @property
     def context_id(self) -> str:

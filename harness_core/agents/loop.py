@@ -40,6 +40,9 @@ __all__ = ["ModelLoop"]
 
 log = logging.getLogger("harness.worker")
 
+#: The most messages of a context's earlier tasks the model is given before the task's own.
+CONTEXT_MESSAGES = 50
+
 
 class ModelLoop:
     """Model requests and tool calls for one agent: its model server, system prompt and tools.
@@ -108,7 +111,9 @@ class ModelLoop:
         stream: bool = True,
     ) -> ModelStep:
         llm = self._llm
-        messages = llm.to_model_messages(history, system=self._system)
+        # The context's earlier tasks with this sender first: what was said before this task.
+        earlier = await ctx.context_history(CONTEXT_MESSAGES)
+        messages = llm.to_model_messages((*earlier, *history), system=self._system)
         for item in step.exchange:
             if isinstance(item, dict) and "tool_results" in item:
                 results = cast("list[dict[str, Any]]", cast("dict[str, Any]", item)["tool_results"])

@@ -233,6 +233,12 @@ class TurnContext(Protocol):
         of itself (its name, description and skills)."""
         ...
 
+    async def context_history(self, limit: int = 50) -> tuple[TurnMessage, ...]:
+        """The latest ``limit`` messages of this agent's earlier tasks in the same ``contextId``
+        that the turn's sender takes part in (anonymous senders: tasks without participants),
+        oldest first, this task's own left out. Empty for the first task of a context."""
+        ...
+
     async def progress(self, key: str, message: str | Part | Sequence[Part]) -> None:
         """A WORKING status update whose message id is ``<task id>:<key>``."""
         ...

@@ -43,6 +43,31 @@ class TaskStoreReads(StoreConnection):
             ).fetchall()
         return [(cast("ProtoJSON", json.loads(r[0])), r[1]) for r in rows]
 
+    def context_messages(
+        self, context_id: str, agent_id: str, participant: str | None, task_id: str, limit: int
+    ) -> list[tuple[ProtoJSON, str | None]]:
+        """The latest ``limit`` messages of this agent's other tasks in ``context_id`` that
+        ``participant`` takes part in (anonymous: tasks without participants), oldest first, in
+        the order their tasks last changed."""
+        if participant is None:
+            who = "NOT EXISTS (SELECT 1 FROM task_participants p WHERE p.task_id = i.task_id)"
+            args: tuple[object, ...] = (context_id, agent_id, task_id, limit)
+        else:
+            who = (
+                "EXISTS (SELECT 1 FROM task_participants p WHERE p.task_id = i.task_id "
+                "AND p.participant = ?)"
+            )
+            args = (context_id, agent_id, task_id, participant, limit)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT m.body, m.sender FROM task_index i JOIN task_messages m "
+                "ON m.task_id = i.task_id WHERE i.context_id = ? AND i.agent_id = ? "
+                f"AND i.task_id != ? AND {who} "
+                "ORDER BY i.status_at DESC, i.task_id DESC, m.position DESC LIMIT ?",
+                args,
+            ).fetchall()
+        return [(cast("ProtoJSON", json.loads(r[0])), r[1]) for r in reversed(rows)]
+
     def message_digest(self, task_id: str, message_id: str) -> str | None:
         """The content digest of an archived message, or None when the task has no such message."""
         with self._lock:
