@@ -91,6 +91,7 @@ class AgentState(enum.StrEnum):
 #: How long an ``[[agents]]`` card may fail to be fetched at start before that is a warning.
 REMOTE_GRACE = 10.0
 
+
 class Harness:
     """One durable A2A agent.
 
