@@ -37,6 +37,18 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run agents and serve them over HTTP")
     serve.add_argument("configs", nargs="+", metavar="CONFIG", help="one TOML file per agent")
     serve.add_argument("--bind", metavar="HOST:PORT", help="override [server] bind")
+    serve.add_argument(
+        "--temporal-address",
+        metavar="HOST:PORT",
+        help="use this Temporal service (plain gRPC) instead of each agent's [temporal] section, "
+        "e.g. a Temporal container",
+    )
+    serve.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="where clients reach this server (overrides [server] base_url; with several agents, "
+        "each is at <URL>/agents/<id>)",
+    )
     serve.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     serve.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     serve.add_argument(
@@ -168,6 +180,48 @@ def _check(paths: Sequence[str]) -> int:
     return 0
 
 
+def _overridden(
+    settings: list[Settings], temporal: str | None, public: str | None
+) -> list[Settings]:
+    """The settings with ``--temporal-address`` and ``--public-url`` applied (a container's
+    configuration, without editing the files)."""
+    import attrs
+
+    from harness_core.config import split_host_port
+    from harness_core.config.values import url_problem
+
+    if temporal is not None:
+        try:
+            split_host_port(temporal)
+        except ValueError as exc:
+            raise ConfigError(f"--temporal-address {temporal!r}: {exc}") from None
+        settings = [
+            attrs.evolve(
+                s,
+                temporal=attrs.evolve(
+                    s.temporal, mode="remote", address=temporal, api_key_env=None, tls=None
+                ),
+            )
+            for s in settings
+        ]
+    if public is not None:
+        problem = url_problem(public.rstrip("/"))
+        if problem is not None:
+            raise ConfigError(f"--public-url {public!r}: {problem}")
+        several = len(settings) > 1
+        settings = [
+            attrs.evolve(
+                s,
+                server=attrs.evolve(
+                    s.server,
+                    base_url=public.rstrip("/") + (f"/agents/{s.agent_id}" if several else ""),
+                ),
+            )
+            for s in settings
+        ]
+    return settings
+
+
 def _serve(args: argparse.Namespace) -> int:
     from harness_core.logs import configure_logging
 
@@ -177,7 +231,7 @@ def _serve(args: argparse.Namespace) -> int:
     from harness_core.group import HarnessGroup
     from harness_core.harness import Harness
 
-    settings = _load(args.configs)
+    settings = _overridden(_load(args.configs), args.temporal_address, args.public_url)
     notes = _shared_server_notes(settings, args.bind)
     for note in notes[:1]:
         log.info(note)

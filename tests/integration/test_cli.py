@@ -496,6 +496,33 @@ def test_a_task_accepted_before_a_sigkill_completes_after_a_restart(tmp_path: Pa
     assert dev_servers_on(database) == []
 
 
+def test_serve_takes_a_temporal_service_and_a_public_url_from_the_command_line(
+    tmp_path: Path, temporal_address: str
+) -> None:
+    """What a container needs without editing the files: the agent runs on the given Temporal
+    service (no embedded server is started) and its card advertises the given public URL."""
+    port = free_port()
+    path = write_config(tmp_path, f'[agent]\nid = "boxed"\n[server]\nbind = "127.0.0.1:{port}"\n')
+    public = "http://agents.example.com"
+    server = Server(path, port, "--temporal-address", temporal_address, "--public-url", public)
+    try:
+        card = httpx.get(f"{server.url}/.well-known/agent-card.json").json()
+        reply = rpc(
+            server.url,
+            "SendMessage",
+            {"message": {"messageId": "c1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+        )
+        assert server.stop() == 0
+    finally:
+        server.close()
+    assert card["supportedInterfaces"][0]["url"].startswith(public)
+    assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert not (tmp_path / ".harness" / "temporal.sqlite3").exists()
+    wrong = harness("serve", str(path), "--temporal-address", "nowhere")
+    assert wrong.returncode == 2
+    assert wrong.stderr.startswith("harness: --temporal-address 'nowhere': must be")
+
+
 def test_a_second_serve_in_the_same_directory_uses_the_first_ones_dev_server(
     tmp_path: Path,
 ) -> None:
