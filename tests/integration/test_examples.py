@@ -166,3 +166,57 @@ async def test_the_multi_agent_example_app_serves_the_team_under_hypercorn(
     assert task.status.message.parts[0].text == (
         "the team says: b found: d says 42 | c drew it in blue | e waves from afar"
     )
+
+
+def _serve_tutorial(directory: Path, port: int, *configs: str) -> subprocess.Popen[bytes]:
+    """``harness serve <configs>`` run in ``directory``, as docs/tutorial.md has you run it."""
+    script = Path(sys.executable).parent / "harness"
+    log = (directory / "serve.log").open("wb")
+    with log:
+        return subprocess.Popen(
+            [str(script), "serve", *configs, "--bind", f"127.0.0.1:{port}"],
+            cwd=directory,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _wait_until_serving(process: subprocess.Popen[bytes], log: Path, url: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:  # an external process: polling it is the only signal
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"harness serve did not start:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/", timeout=1).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+
+
+async def test_the_tutorials_agents_answer_as_the_tutorial_says(tmp_path, temporal_address):
+    """docs/tutorial.md steps 2 and 4: the writer alone, then the editor asking the writer,
+    each run with `harness serve` from examples/tutorial (its own modules found there)."""
+    directory = copy_example(tmp_path, temporal_address, free_port(), "tutorial")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = _serve_tutorial(directory, port, "writer.toml", "editor.toml")
+    try:
+        _wait_until_serving(process, directory / "serve.log", url)
+        async with a2a_client(f"{url}/agents/writer", streaming=False) as writer:
+            note = await send_blocking(writer, user_message("durable agents"))
+        async with a2a_client(f"{url}/agents/editor", streaming=False) as editor:
+            edited = await send_blocking(editor, user_message("durable agents"))
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=60)
+    log = (directory / "serve.log").read_text()
+    assert code == 0, log
+    assert "Traceback" not in log
+    assert note.status.message.parts[0].text == "Here is a note on durable agents."
+    [artifact] = [a for a in note.artifacts if a.name == "note.md"]
+    assert artifact.parts[0].text.startswith("# durable agents")
+    # The writer's answer reached the editor whole: its message and its note.
+    edited_text = edited.status.message.parts[0].text
+    assert edited_text.startswith("Edited: Here is a note on durable agents.")
+    assert "# durable agents" in edited_text
