@@ -168,6 +168,14 @@ class ModelLoop:
         for call in calls:
             tool = self._tools.get(call.name)
             target = delegations.get(call.name)
+            # Each call the model asks for is a WORKING update (its name, not its arguments,
+            # which may hold what the user said): streams and GetTask show the agent at work.
+            doing = (
+                f"asking {target[0]}"
+                if target is not None and tool is None
+                else f"calling {call.name}"
+            )
+            await ctx.progress(f"tool:{step.step}:{call.tool_call_id}", doing)
             specs.append(
                 ToolCallSpec(
                     delegate=target[0] if target is not None and tool is None else "",
