@@ -200,7 +200,7 @@ def _check_chosen_agents(harness: Harness, peers: dict[str, Harness]) -> None:
     known = [a for a in peers if a != harness.agent_id] + [r.id for r in settings.agents]
     for index, agent_id in enumerate(settings.model.agents or ()):
         if agent_id not in known:
-            label = str(settings.source) if settings.source is not None else "<settings>"
+            label = settings.label
             allowed = ", ".join(repr(a) for a in known) or "none: it runs alone, with no [[agents]]"
             raise ConfigError(
                 f"{label}: 'model.agents[{index}]' is {agent_id!r}: not an agent it can ask "

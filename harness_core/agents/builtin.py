@@ -45,7 +45,7 @@ def _import(spec: str, key: str, label: str) -> Any:
 def agent_from_config(settings: Settings) -> Agent | None:
     """The turn agent of ``[model]``, or None when the workflow runs an LLM loop instead."""
     model = settings.model
-    label = str(settings.source) if settings.source is not None else "<settings>"
+    label = settings.label
     if model.kind == "scripted":
         return ScriptedModel(model.replies, delay=model.delay)
     if model.kind == "echo":
@@ -80,7 +80,7 @@ def model_loop_from_config(settings: Settings) -> ModelLoop | None:
     model = settings.model
     if not model.is_llm:
         return None
-    label = str(settings.source) if settings.source is not None else "<settings>"
+    label = settings.label
     try:
         return ModelLoop(
             kind=model.kind,

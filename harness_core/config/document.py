@@ -38,7 +38,7 @@ from harness_core.errors import ConfigError
 
 __all__ = ["check_document"]
 
-_NOT_IN_TOML = frozenset({"source", "base_dir"})
+_NOT_IN_TOML = frozenset({"source", "base_dir", "given"})
 for _cls in (
     AgentConfig,
     EmbeddedConfig,

@@ -72,6 +72,6 @@ def _build(
         # The walk above should leave nothing for cattrs to refuse; if it does, still one line.
         details = "; ".join(cattrs.transform_error(exc, path="settings"))
         raise ConfigError(f"{label}: {one_line(details)}") from None
-    settings = attrs.evolve(settings, source=source, base_dir=base_dir)
+    settings = attrs.evolve(settings, source=source, base_dir=base_dir, given=label)
     validate(settings, label)
     return settings

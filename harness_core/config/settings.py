@@ -52,6 +52,8 @@ class Settings:
     # Set by the loader, never read from TOML.
     source: Path | None = None
     base_dir: Path = attrs.field(default=Path("."))
+    #: The file as the user named it (what error messages say); the resolved path otherwise.
+    given: str | None = None
 
     @property
     def agent_id(self) -> str:
@@ -164,6 +166,8 @@ class Settings:
     @property
     def label(self) -> str:
         """What errors about these settings name: the file, or ``<settings>`` without one."""
+        if self.given is not None:
+            return self.given
         return str(self.source) if self.source is not None else NO_FILE
 
     def _absolute(self, path: Path) -> Path:
