@@ -43,6 +43,19 @@ def copy_example(tmp_path: Path, temporal_address: str, port: int, name: str = "
     return target
 
 
+def _wait_until_serving(process: subprocess.Popen[bytes], log: Path, url: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:  # an external process: polling it is the only signal
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{process.args!r} did not start:\n{log.read_text()}")
+        try:
+            if httpx.get(f"{url}/", timeout=1).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+
+
 @contextmanager
 def hypercorn(directory: Path, app: str, port: int, backend: str) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
@@ -54,16 +67,7 @@ def hypercorn(directory: Path, app: str, port: int, backend: str) -> Iterator[st
             command, cwd=directory, stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ)
         )
     try:
-        deadline = time.monotonic() + 60
-        while True:  # an external process: polling it is the only signal
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"hypercorn did not start:\n{log.read_text()}")
-            try:
-                if httpx.get(f"{url}/", timeout=1).status_code < 500:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+        _wait_until_serving(process, log, url)
         yield url
     finally:
         process.send_signal(signal.SIGTERM)
@@ -179,19 +183,6 @@ def _serve_tutorial(directory: Path, port: int, *configs: str) -> subprocess.Pop
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-
-
-def _wait_until_serving(process: subprocess.Popen[bytes], log: Path, url: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:  # an external process: polling it is the only signal
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"harness serve did not start:\n{log.read_text()}")
-        try:
-            if httpx.get(f"{url}/", timeout=1).status_code < 500:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
 
 
 async def test_the_tutorials_agents_answer_as_the_tutorial_says(tmp_path, temporal_address):

@@ -95,7 +95,11 @@ async def test_record_a_direct_reply(make_harness):
         await save(harness, task_id, "direct-reply")
 
 
-async def test_record_tool_calls_of_the_llm_loop(make_harness, monkeypatch):
+@pytest.mark.parametrize("blocking", [False, True], ids=["streamed", "blocking"])
+async def test_record_tool_calls_of_the_llm_loop(make_harness, monkeypatch, blocking):
+    """The LLM loop with a tool call: for a streaming sender the turn's steps are regular
+    activities (``llm-tools``); for a blocking one the model requests and the idempotent tool are
+    local activities in one workflow task, the model asked without streaming (``llm-tools-local``)."""
     monkeypatch.setenv("RECORD_KEY", "sk-record")
     with serve_fake_openai(
         [tool_call_reply("lookup_order", {"order_id": 7}), text_reply("Order 7 ", "shipped.")]
@@ -108,31 +112,15 @@ async def test_record_tool_calls_of_the_llm_loop(make_harness, monkeypatch):
             "tools": ["tests.integration.agent_tools:lookup_order"],
         }
         harness = make_harness(model=model)
-        async with serving(harness) as url, a2a_client(url) as client:
-            events = await collect(
-                client.send_message(SendMessageRequest(message=user_message("where is 7?")))
-            )
-            await save(harness, events[0].task.id, "llm-tools")
-
-
-async def test_record_local_tool_calls_of_a_blocking_llm_turn(make_harness, monkeypatch):
-    """A blocking sender's turn: the model requests and the idempotent tool are local activities
-    (patch ``local-tools``), the model asked without streaming."""
-    monkeypatch.setenv("RECORD_KEY", "sk-record")
-    with serve_fake_openai(
-        [tool_call_reply("lookup_order", {"order_id": 8}), text_reply("Order 8 ", "shipped.")]
-    ) as server:
-        model: dict[str, Any] = {
-            "kind": "openai",
-            "name": "m",
-            "base_url": server.base_url,
-            "api_key_env": "RECORD_KEY",
-            "tools": ["tests.integration.agent_tools:lookup_order"],
-        }
-        harness = make_harness(model=model)
-        async with serving(harness) as url, a2a_client(url, streaming=False) as client:
-            task = await send_blocking(client, user_message("where is 8?"))
-            await save(harness, task.id, "llm-tools-local")
+        async with serving(harness) as url, a2a_client(url, streaming=not blocking) as client:
+            if blocking:
+                task = await send_blocking(client, user_message("where is 7?"))
+                await save(harness, task.id, "llm-tools-local")
+            else:
+                events = await collect(
+                    client.send_message(SendMessageRequest(message=user_message("where is 7?")))
+                )
+                await save(harness, events[0].task.id, "llm-tools")
 
 
 async def test_record_continue_as_new(make_harness, monkeypatch):
