@@ -128,6 +128,11 @@ class _Shown:
         else:
             self._artifacts.setdefault(artifact_id, False)
 
+    def showed(self, body: dict[str, Any]) -> bool:
+        """Whether the stream showed this status's message already (its copy not yet passed)."""
+        message_id = _message_id(body)
+        return message_id in self._messages or message_id in self._indexed
+
     def note_indexed(self, body: dict[str, Any]) -> None:
         self._indexed.add(_message_id(body))
 
@@ -289,9 +294,6 @@ def _progress(task_id: str, view: TaskView) -> LiveEvent | None:
     status = cast("dict[str, Any]", view.task.get("status") or {})
     if status.get("state") != "TASK_STATE_WORKING" or not status.get("message"):
         return None
-    message = cast("dict[str, Any]", status["message"])
-    if "harness.delegation" in cast("dict[str, Any]", message.get("metadata") or {}):
-        return None  # another agent's progress, relayed: it has its own way to the stream
     body = {"taskId": task_id, "contextId": view.task.get("contextId", ""), "status": status}
     return LiveEvent(kind="status", body=body)
 
@@ -395,10 +397,9 @@ class HarnessRequestHandler(RequestHandler):
             if not self._harness.routes.live:
                 live.overflowed = True  # the durable log alone
             shown = _Shown()
-            # The message ids of every status the stream showed or passed (``status_shown``: the
-            # task the client got first): a turn's progress read from the index is shown only if
-            # the stream never had it.
-            seen = {status_shown}
+            # The message id of the last status the stream showed (``status_shown``: the task
+            # the client got first), so that the index's copy of it is not shown again.
+            last_status = status_shown
             delay = FOLLOW_FIRST_DELAY
             while True:
                 with _a2a_errors(operation):
@@ -410,8 +411,6 @@ class HarnessRequestHandler(RequestHandler):
                 drained = [] if live.overflowed else live.drain()
                 for event in drained:
                     shown.note(event)
-                    if event.kind == "status":
-                        seen.add(_message_id(event.body))
                 pending = list(drained)
                 for event, proto in zip(page.events, protos, strict=True):
                     covered = shown.covers(event) and not live.overflowed
@@ -422,7 +421,7 @@ class HarnessRequestHandler(RequestHandler):
                         pending.clear()
                     after = event.seq
                     if event.kind == "status":
-                        seen.add(_message_id(event.body))
+                        last_status = _message_id(event.body)
                     if not covered:
                         yield proto
                 async for live_proto in self._live_protos(pending, after, operation):
@@ -430,9 +429,13 @@ class HarnessRequestHandler(RequestHandler):
                 # A turn running in another process shows its latest progress in the listing
                 # index: shown here too, once, as a live event (its durable copy is left out).
                 progress = _progress(task_id, page.view)
-                if progress is not None and _message_id(progress.body) not in seen:
+                if (
+                    progress is not None
+                    and _message_id(progress.body) != last_status
+                    and not shown.showed(progress.body)
+                ):
                     shown.note_indexed(progress.body)
-                    seen.add(_message_id(progress.body))
+                    last_status = _message_id(progress.body)
                     async for live_proto in self._live_protos([progress], after, operation):
                         yield live_proto
                 if _ended(page.view) if until_end else page.view.settled:

@@ -209,8 +209,11 @@ class AgentActivities:
         )
 
     async def _note_progress(self, task_id: str, status: ProtoJSON) -> None:
+        stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         try:
-            await anyio.to_thread.run_sync(self.store.note_progress, task_id, status)
+            await anyio.to_thread.run_sync(
+                self.store.note_progress, task_id, {**status, "timestamp": stamp}
+            )
         except sqlite3.OperationalError as error:
             log.warning("task %s: the index did not take its progress: %s", task_id, error)
 
