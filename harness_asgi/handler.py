@@ -115,8 +115,6 @@ class _Shown:
     def __init__(self) -> None:
         self._artifacts: dict[str, bool] = {}  # id -> shown from its first chunk
         self._messages: set[str] = set()
-        # Progress shown from the listing index (a turn in another process), live or not.
-        self._indexed: set[str] = set()
 
     def note(self, event: LiveEvent) -> None:
         if event.kind == "status":
@@ -127,21 +125,6 @@ class _Shown:
             self._artifacts[artifact_id] = True
         else:
             self._artifacts.setdefault(artifact_id, False)
-
-    def showed(self, body: dict[str, Any]) -> bool:
-        """Whether the stream showed this status's message already (its copy not yet passed)."""
-        message_id = _message_id(body)
-        return message_id in self._messages or message_id in self._indexed
-
-    def note_indexed(self, body: dict[str, Any]) -> None:
-        self._indexed.add(_message_id(body))
-
-    def covers_indexed(self, event: TaskEvent) -> bool:
-        """Whether ``event`` is the durable copy of progress shown from the index."""
-        if event.kind != "status" or _message_id(event.body) not in self._indexed:
-            return False
-        self._indexed.discard(_message_id(event.body))
-        return True
 
     def covers(self, event: TaskEvent) -> bool:
         """Whether the stream showed ``event`` live already (forgotten once its copy passed)."""
@@ -288,16 +271,6 @@ async def _patient_poll(
     raise AssertionError("unreachable")
 
 
-def _progress(task_id: str, view: TaskView) -> LiveEvent | None:
-    """The running turn's latest progress as the task's status shows it (WORKING, with a
-    message), or None."""
-    status = cast("dict[str, Any]", view.task.get("status") or {})
-    if status.get("state") != "TASK_STATE_WORKING" or not status.get("message"):
-        return None
-    body = {"taskId": task_id, "contextId": view.task.get("contextId", ""), "status": status}
-    return LiveEvent(kind="status", body=body)
-
-
 def _ended(view: TaskView) -> bool:
     return view.closed or view.state in TERMINAL_STATES
 
@@ -380,7 +353,6 @@ class HarnessRequestHandler(RequestHandler):
         operation: str,
         *,
         until_end: bool = False,
-        status_shown: str = "",
     ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent, None]:
         """Yield the task's events after ``after`` until it settles (a message's stream: the
         agent answered or asks for input) or, ``until_end``, until it ends (a subscription, A2A
@@ -397,9 +369,6 @@ class HarnessRequestHandler(RequestHandler):
             if not self._harness.routes.live:
                 live.overflowed = True  # the durable log alone
             shown = _Shown()
-            # The message id of the last status the stream showed (``status_shown``: the task
-            # the client got first), so that the index's copy of it is not shown again.
-            last_status = status_shown
             delay = FOLLOW_FIRST_DELAY
             while True:
                 with _a2a_errors(operation):
@@ -414,30 +383,15 @@ class HarnessRequestHandler(RequestHandler):
                 pending = list(drained)
                 for event, proto in zip(page.events, protos, strict=True):
                     covered = shown.covers(event) and not live.overflowed
-                    covered = shown.covers_indexed(event) or covered
                     if covered and pending:
                         async for live_proto in self._live_protos(pending, after, operation):
                             yield live_proto
                         pending.clear()
                     after = event.seq
-                    if event.kind == "status":
-                        last_status = _message_id(event.body)
                     if not covered:
                         yield proto
                 async for live_proto in self._live_protos(pending, after, operation):
                     yield live_proto
-                # A turn running in another process shows its latest progress in the listing
-                # index: shown here too, once, as a live event (its durable copy is left out).
-                progress = _progress(task_id, page.view)
-                if (
-                    progress is not None
-                    and _message_id(progress.body) != last_status
-                    and not shown.showed(progress.body)
-                ):
-                    shown.note_indexed(progress.body)
-                    last_status = _message_id(progress.body)
-                    async for live_proto in self._live_protos([progress], after, operation):
-                        yield live_proto
                 if _ended(page.view) if until_end else page.view.settled:
                     return
                 delay = FOLLOW_FIRST_DELAY if page.events else min(delay * 1.5, FOLLOW_MAX_DELAY)
@@ -486,14 +440,8 @@ class HarnessRequestHandler(RequestHandler):
             after = event.seq
         if _ended(page.view):
             return
-        shown_status = _message_id({"status": page.view.task.get("status") or {}})
         async for event in self._follow(
-            params.id,
-            after,
-            participant,
-            "SubscribeToTask",
-            until_end=True,
-            status_shown=shown_status,
+            params.id, after, participant, "SubscribeToTask", until_end=True
         ):
             yield event
 

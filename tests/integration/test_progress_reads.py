@@ -8,7 +8,7 @@ import anyio
 import pytest
 from a2a.types import GetTaskRequest, ListTasksRequest, SendMessageRequest, TaskState
 
-from harness_core import Complete, Gate, RouteOptions
+from harness_core import Complete, Gate
 from harness_core.agents.turn import TurnContext, TurnResult
 from tests.conftest import a2a_client, serving, user_message
 from tests.fakes.model_servers import serve_fake_openai, text_reply, tool_call_reply
@@ -71,30 +71,3 @@ async def test_the_llm_agent_reports_each_tool_call_as_progress(make_harness):
     ]
     assert "calling lookup_order" in progress
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
-
-
-async def test_a_stream_that_does_not_see_the_turn_live_shows_its_progress_once(make_harness):
-    """Given streams that follow the durable log only (as in a process where the turn does not
-    run: RouteOptions(live=False)), a turn's progress still reaches the stream while the turn
-    runs, from the listing index, and its durable copy is not shown again."""
-    gate = Gate()
-
-    async def agent(ctx: TurnContext) -> TurnResult:
-        await ctx.progress("step:1", "reading the catalogue")
-        await gate.pass_through()
-        return Complete("done")
-
-    harness = make_harness(options={"agent": agent, "routes": RouteOptions(live=False)})
-    texts: list[str] = []
-    async with serving(harness) as url, a2a_client(url) as client:
-        stream = client.send_message(SendMessageRequest(message=user_message("find it")))
-        with anyio.fail_after(20):
-            async for event in stream:
-                if event.HasField("status_update"):
-                    texts.extend(p.text for p in event.status_update.status.message.parts)
-                    if "reading the catalogue" in texts:
-                        gate.release()  # only now: the progress came while the turn ran
-                    if event.status_update.status.state == TaskState.TASK_STATE_COMPLETED:
-                        break
-    assert texts.count("reading the catalogue") == 1
-    assert texts[-1] == "done"
