@@ -24,13 +24,14 @@ import contextvars
 import logging
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Protocol, TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
 
 import anyio.lowlevel
 import sniffio
 import trio
 
-__all__ = ["TemporalBridge", "current_backend", "loop_caller", "open_bridge"]
+__all__ = ["InlineActivations", "TemporalBridge", "current_backend", "loop_caller", "open_bridge"]
 
 T = TypeVar("T")
 log = logging.getLogger("harness.bridge")
@@ -214,3 +215,40 @@ async def open_bridge() -> AsyncGenerator[TemporalBridge, None]:
             await bridge.aclose()
     else:
         yield _DirectBridge()
+
+
+class InlineActivations(ThreadPoolExecutor):
+    """Runs workflow activations on the worker's own event loop, between its other callbacks.
+
+    temporalio hands every activation to a thread (``workflow_task_executor``) and waits for it
+    there, only to notice a workflow that never yields (deadlock detection). Our workflows run only
+    our own code, which never blocks (user code runs in activities), and a thread per activation
+    costs two thread switches and a GIL handover each, a large share of a short task's CPU
+    (bench/README.md). This runs each one as the next callback of the loop, as temporalio's own
+    ``debug_mode`` does, without that mode's breakpoint hook. An activation sets the workflow's
+    loop as the thread's running loop and clears it when done; the worker's loop is put back.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+
+    def submit(  # pyright: ignore[reportIncompatibleMethodOverride]
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> Future[Any]:
+        future: Future[Any] = Future()
+        loop = asyncio.get_running_loop()
+
+        def run() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as error:
+                future.set_exception(error)
+            finally:
+                asyncio.events._set_running_loop(loop)  # pyright: ignore[reportPrivateUsage]
+
+        # A callback of its own, not inside the task that asked: the activation steps the
+        # workflow's own tasks, and a task must not be entered while another is mid-step.
+        loop.call_soon(run)
+        return future

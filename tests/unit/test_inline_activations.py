@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from harness_core.worker import InlineActivations
+from harness_core.bridge import InlineActivations
 
 
 def test_an_activation_runs_on_the_loop_thread_and_the_loop_stays_the_running_one() -> None:
