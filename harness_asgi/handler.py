@@ -115,6 +115,8 @@ class _Shown:
     def __init__(self) -> None:
         self._artifacts: dict[str, bool] = {}  # id -> shown from its first chunk
         self._messages: set[str] = set()
+        # Progress shown from the listing index (a turn in another process), live or not.
+        self._indexed: set[str] = set()
 
     def note(self, event: LiveEvent) -> None:
         if event.kind == "status":
@@ -125,6 +127,16 @@ class _Shown:
             self._artifacts[artifact_id] = True
         else:
             self._artifacts.setdefault(artifact_id, False)
+
+    def note_indexed(self, body: dict[str, Any]) -> None:
+        self._indexed.add(_message_id(body))
+
+    def covers_indexed(self, event: TaskEvent) -> bool:
+        """Whether ``event`` is the durable copy of progress shown from the index."""
+        if event.kind != "status" or _message_id(event.body) not in self._indexed:
+            return False
+        self._indexed.discard(_message_id(event.body))
+        return True
 
     def covers(self, event: TaskEvent) -> bool:
         """Whether the stream showed ``event`` live already (forgotten once its copy passed)."""
@@ -271,6 +283,19 @@ async def _patient_poll(
     raise AssertionError("unreachable")
 
 
+def _progress(task_id: str, view: TaskView) -> LiveEvent | None:
+    """The running turn's latest progress as the task's status shows it (WORKING, with a
+    message), or None."""
+    status = cast("dict[str, Any]", view.task.get("status") or {})
+    if status.get("state") != "TASK_STATE_WORKING" or not status.get("message"):
+        return None
+    message = cast("dict[str, Any]", status["message"])
+    if "harness.delegation" in cast("dict[str, Any]", message.get("metadata") or {}):
+        return None  # another agent's progress, relayed: it has its own way to the stream
+    body = {"taskId": task_id, "contextId": view.task.get("contextId", ""), "status": status}
+    return LiveEvent(kind="status", body=body)
+
+
 def _ended(view: TaskView) -> bool:
     return view.closed or view.state in TERMINAL_STATES
 
@@ -341,7 +366,11 @@ class HarnessRequestHandler(RequestHandler):
             task = _task_proto(delivery.view)
         yield task
         async for event in self._follow(
-            delivery.task_id, delivery.cursor, participant, "SendStreamingMessage"
+            delivery.task_id,
+            delivery.cursor,
+            participant,
+            "SendStreamingMessage",
+            first=delivery.view,
         ):
             yield event
 
@@ -353,6 +382,7 @@ class HarnessRequestHandler(RequestHandler):
         operation: str,
         *,
         until_end: bool = False,
+        first: TaskView | None = None,
     ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent, None]:
         """Yield the task's events after ``after`` until it settles (a message's stream: the
         agent answered or asks for input) or, ``until_end``, until it ends (a subscription, A2A
@@ -363,12 +393,23 @@ class HarnessRequestHandler(RequestHandler):
         whole (an artifact whose live chunks began with ``append`` false, a progress message).
         A live event carries the ``harness.seq`` of the last durable event before it, so a client
         that resubscribes with it gets the durable copy, with no gap.
+
+        ``first``: the task as the client got it first. A turn running elsewhere shows its latest
+        progress in the listing index (so in ``first`` too); the stream shows such progress once,
+        and leaves out its durable copy.
         """
         tasks = self._harness.tasks
         async with self._harness.live.subscribe(tasks.agent_id, task_id) as live:
             if not self._harness.routes.live:
                 live.overflowed = True  # the durable log alone
             shown = _Shown()
+            # The message ids of every status the stream showed or passed: a turn's progress read
+            # from the index is shown only if the stream never had it.
+            seen: set[str] = set()
+            progress = None if first is None else _progress(task_id, first)
+            if progress is not None:
+                shown.note_indexed(progress.body)
+                seen.add(_message_id(progress.body))
             delay = FOLLOW_FIRST_DELAY
             while True:
                 with _a2a_errors(operation):
@@ -380,18 +421,31 @@ class HarnessRequestHandler(RequestHandler):
                 drained = [] if live.overflowed else live.drain()
                 for event in drained:
                     shown.note(event)
+                    if event.kind == "status":
+                        seen.add(_message_id(event.body))
                 pending = list(drained)
                 for event, proto in zip(page.events, protos, strict=True):
                     covered = shown.covers(event) and not live.overflowed
+                    covered = shown.covers_indexed(event) or covered
                     if covered and pending:
                         async for live_proto in self._live_protos(pending, after, operation):
                             yield live_proto
                         pending.clear()
                     after = event.seq
+                    if event.kind == "status":
+                        seen.add(_message_id(event.body))
                     if not covered:
                         yield proto
                 async for live_proto in self._live_protos(pending, after, operation):
                     yield live_proto
+                # A turn running in another process shows its latest progress in the listing
+                # index: shown here too, once, as a live event (its durable copy is left out).
+                progress = _progress(task_id, page.view)
+                if progress is not None and _message_id(progress.body) not in seen:
+                    shown.note_indexed(progress.body)
+                    seen.add(_message_id(progress.body))
+                    async for live_proto in self._live_protos([progress], after, operation):
+                        yield live_proto
                 if _ended(page.view) if until_end else page.view.settled:
                     return
                 delay = FOLLOW_FIRST_DELAY if page.events else min(delay * 1.5, FOLLOW_MAX_DELAY)
@@ -441,7 +495,7 @@ class HarnessRequestHandler(RequestHandler):
         if _ended(page.view):
             return
         async for event in self._follow(
-            params.id, after, participant, "SubscribeToTask", until_end=True
+            params.id, after, participant, "SubscribeToTask", until_end=True, first=page.view
         ):
             yield event
 

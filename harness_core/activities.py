@@ -36,6 +36,7 @@ from harness_core.payloads import (
     IndexEntry,
     ModelStep,
     ModelStepInput,
+    ProtoJSON,
     TaskRecord,
     ToolCallInput,
     ToolCallOutput,
@@ -204,7 +205,14 @@ class AgentActivities:
             publish=partial(self.live.publish, self.agent_id, request.task_id),
             agents=dict(self.delegates()),
             earlier=partial(self._context_history, request, history),
+            on_progress=partial(self._note_progress, request.task_id),
         )
+
+    async def _note_progress(self, task_id: str, status: ProtoJSON) -> None:
+        try:
+            await anyio.to_thread.run_sync(self.store.note_progress, task_id, status)
+        except sqlite3.OperationalError as error:
+            log.warning("task %s: the index did not take its progress: %s", task_id, error)
 
     async def _context_history(
         self, request: TurnRequest, history: tuple[TurnMessage, ...], limit: int

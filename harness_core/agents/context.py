@@ -49,8 +49,10 @@ class ActivityTurnContext:
         publish: Callable[[str, ProtoJSON], None] | None = None,
         agents: Mapping[str, str] | None = None,
         earlier: Callable[[int], Awaitable[tuple[TurnMessage, ...]]] | None = None,
+        on_progress: Callable[[ProtoJSON], Awaitable[None]] | None = None,
     ) -> None:
         self._task_id = task_id
+        self._on_progress = on_progress
         self._earlier = earlier
         self._agents: Mapping[str, str] = agents or {}
         self._context_id = context_id
@@ -113,6 +115,9 @@ class ActivityTurnContext:
             "message": self.message_json(key, parts_of(message)),
         }
         self._emit("status", {"status": status})
+        if self._on_progress is not None:
+            # Readers of the task (GetTask, ListTasks) see it now, not when the turn ends.
+            await self._on_progress(status)
 
     async def artifact(
         self,

@@ -252,6 +252,7 @@ class DelegationActivities:
         result = DelegationResult(target=request.target, remote_task_id="", state="")
         events: list[TaskEvent] = []
         progress: list[ProtoJSON] = []
+        relayed: set[str] = set()
         deadline = anyio.current_time() + self.stream_for
         # The stream is read for ``stream_for`` once it named the task (until then, up to the
         # HTTP timeout): a task is never left unknown, so the message is never sent twice.
@@ -271,6 +272,12 @@ class DelegationActivities:
                     if result.state in _SETTLED:
                         break
                     if status is not None and "message" in status:
+                        # A message is relayed once, also if the stream shows it twice (the
+                        # task it began with, then the update; each copy with its own time).
+                        message_id = str(status["message"].get("messageId", ""))
+                        if message_id and message_id in relayed:
+                            continue
+                        relayed.add(message_id)
                         status = relayable(status)
                         progress.append(status)
                         self._show(request, result, status)

@@ -230,6 +230,22 @@ class TaskStore(TaskStoreReads, PushConfigStore):
                 self._db.execute("DELETE FROM task_messages WHERE task_id = ?", (task_id,))
                 self._db.execute("DELETE FROM task_participants WHERE task_id = ?", (task_id,))
 
+    def note_progress(self, task_id: str, status: ProtoJSON) -> None:
+        """A running turn's latest progress as the task's status in the listing index, so that
+        GetTask and ListTasks in any process show it at once. The turn's durable write at its end
+        (or rest) replaces it; an ended task's row is left alone.
+
+        The status is kept as the turn emitted it, without a timestamp, so that a reader who saw
+        it live (another agent's stand-in following this task) knows it for the same status; the
+        row is ordered by the time of the write."""
+        now = now_micros()
+        with self._lock:
+            self._db.execute(
+                "UPDATE task_index SET status = ?, status_at = ?, written_at = ? "
+                "WHERE task_id = ? AND closed = 0 AND state = 'TASK_STATE_WORKING'",
+                (dumps(status), now, now, task_id),
+            )
+
     def request_cancel(self, task_id: str) -> None:
         """Note that a client asked to cancel the task: its running turn (in any process serving
         the agent) stops at its next look (``cancel_requested``)."""

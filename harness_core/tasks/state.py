@@ -155,6 +155,9 @@ class TaskState:
         self.accepted = 0  # messages accepted in this run
         self.processed = 0  # of those, the ones a finished turn has seen (or the end refused)
         self.in_turn = False
+        # The message ids of this run's relayed progress: each is shown once, however many ways
+        # (push, stream, a read of the other agent's task) the stand-in learned of it.
+        self.relayed: set[str] = set()
         self.closing = False  # about to continue as new: new messages wait (TaskBusy)
         self.closed = False
         self.may_reply = False
@@ -359,13 +362,18 @@ class TaskState:
         if not self.ended():
             self.cancel_requested = True
 
-    def relay(self, progress: Sequence[DelegationProgress]) -> None:
+    def relay(self, progress: Sequence[DelegationProgress], *, once: bool = True) -> None:
         """Another agent's progress on a delegation of this task, shown as WORKING updates while
-        the delegating turn waits (late ones change nothing)."""
+        the delegating turn waits (late ones change nothing). ``once``: a message relayed before
+        in this run is not shown again (runs recorded before that rule pass False)."""
         if not self.in_turn or self.state != "TASK_STATE_WORKING":
             return
         for item in progress:
             status = relayed_status(item, self.task_id, self.start.context_id)
+            message_id = str(status["message"]["messageId"])
+            if once and message_id in self.relayed:
+                continue
+            self.relayed.add(message_id)
             status["timestamp"] = self._now()
             self.status = status
             self.event("status", {"status": status})

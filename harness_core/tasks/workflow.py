@@ -387,7 +387,7 @@ class TaskWorkflow(LlmTurn):
                 results.append(None)
                 continue
             # What the other agent said on the way (its stream showed it live already).
-            task.relay(result.relays(handle.id))
+            task.relay(result.relays(handle.id), once=_relay_once())
             results.append(result)
         return results
 
@@ -431,12 +431,18 @@ class TaskWorkflow(LlmTurn):
     def relay(self, progress: list[DelegationProgress]) -> None:
         """Another agent's progress on a delegation of this task, from its stand-in: shown as
         WORKING updates while the delegating turn waits (late ones change nothing)."""
-        self._task.relay(progress)
+        self._task.relay(progress, once=_relay_once())
 
     @workflow.signal
     def enable_push(self) -> None:
         """A client registered a push notification config for the task."""
         self._task.push = True
+
+
+def _relay_once() -> bool:
+    """Whether another agent's progress is relayed once per message id (patch ``relay-once``:
+    a stand-in may learn of one status by push, stream and a read of the task)."""
+    return workflow.patched("relay-once")
 
 
 def _refusal(refused: TaskRefused) -> ApplicationError:

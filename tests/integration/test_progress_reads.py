@@ -1,15 +1,57 @@
-"""The LLM agent reports each tool call it makes as progress, so streams show what it is doing."""
+"""Progress while a turn runs is readable by everyone, not only by live streams: GetTask and
+ListTasks show a turn's latest progress message at once (from the listing index), and the LLM agent
+reports each tool call it makes as progress."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
-from a2a.types import SendMessageRequest, TaskState
+from a2a.types import (
+    GetTaskRequest,
+    ListTasksRequest,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    TaskState,
+)
 
+from harness_core import Ask, Complete, Gate, RouteOptions
+from harness_core.agents.turn import TurnContext, TurnResult
 from tests.conftest import a2a_client, serving, user_message
 from tests.fakes.model_servers import serve_fake_openai, text_reply, tool_call_reply
-from tests.integration.test_a2a_methods import collect
+from tests.integration.test_a2a_methods import collect, send_immediately
 
 pytestmark = pytest.mark.anyio
+
+
+async def test_get_task_shows_a_running_turns_latest_progress(make_harness):
+    gate = Gate()
+
+    async def agent(ctx: TurnContext) -> TurnResult:
+        await ctx.progress("step:1", "reading the catalogue")
+        await gate.pass_through()
+        return Complete("done")
+
+    harness = make_harness(options={"agent": agent})
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_immediately(client, user_message("find it"))
+        with anyio.fail_after(20):
+            while True:
+                seen = await client.get_task(GetTaskRequest(id=task.id))
+                if seen.status.message.parts:
+                    break
+                await anyio.sleep(0.05)
+        listed = await client.list_tasks(ListTasksRequest())
+        gate.release()
+        with anyio.fail_after(20):
+            while (
+                done := await client.get_task(GetTaskRequest(id=task.id))
+            ).status.state != TaskState.TASK_STATE_COMPLETED:
+                await anyio.sleep(0.05)
+    assert seen.status.state == TaskState.TASK_STATE_WORKING
+    assert seen.status.message.parts[0].text == "reading the catalogue"
+    [row] = [t for t in listed.tasks if t.id == task.id]
+    assert row.status.message.parts[0].text == "reading the catalogue"
+    assert done.status.message.parts[0].text == "done"
 
 
 async def test_the_llm_agent_reports_each_tool_call_as_progress(make_harness):
@@ -35,3 +77,74 @@ async def test_the_llm_agent_reports_each_tool_call_as_progress(make_harness):
     ]
     assert "calling lookup_order" in progress
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+
+async def test_a_stream_that_does_not_see_the_turn_live_shows_its_progress_once(make_harness):
+    """Given streams that follow the durable log only (as in a process where the turn does not
+    run: RouteOptions(live=False)), a turn's progress still reaches the stream while the turn
+    runs, from the listing index, and its durable copy is not shown again."""
+    gate = Gate()
+
+    async def agent(ctx: TurnContext) -> TurnResult:
+        await ctx.progress("step:1", "reading the catalogue")
+        await gate.pass_through()
+        return Complete("done")
+
+    harness = make_harness(options={"agent": agent, "routes": RouteOptions(live=False)})
+    texts: list[str] = []
+    async with serving(harness) as url, a2a_client(url) as client:
+        stream = client.send_message(SendMessageRequest(message=user_message("find it")))
+        with anyio.fail_after(20):
+            async for event in stream:
+                if event.HasField("status_update"):
+                    texts.extend(p.text for p in event.status_update.status.message.parts)
+                    if "reading the catalogue" in texts:
+                        gate.release()  # only now: the progress came while the turn ran
+                    if event.status_update.status.state == TaskState.TASK_STATE_COMPLETED:
+                        break
+    assert texts.count("reading the catalogue") == 1
+    assert texts[-1] == "done"
+
+
+@pytest.mark.parametrize("how", ["subscribe", "follow-up"])
+async def test_progress_the_first_task_showed_is_not_shown_again(make_harness, how):
+    """Given a turn whose progress the listing index has, when a client subscribes to the task
+    (or streams a follow-up message into it), then the task it gets first shows the progress, and
+    the stream neither repeats it nor shows its durable copy when the turn ends."""
+    gate = Gate()
+
+    async def agent(ctx: TurnContext) -> TurnResult:
+        if ctx.number == 1:
+            await ctx.progress("step:1", "reading the catalogue")
+            await gate.pass_through()
+            if how == "follow-up":
+                return Ask("which shop?")  # the follow-up message is the answer
+        return Complete(f"done {ctx.number}")
+
+    harness = make_harness(options={"agent": agent, "routes": RouteOptions(live=False)})
+    async with (
+        serving(harness) as url,
+        a2a_client(url, streaming=False) as poller,
+        a2a_client(url) as client,
+    ):
+        task = await send_immediately(poller, user_message("find it"))
+        with anyio.fail_after(20):
+            while not (await poller.get_task(GetTaskRequest(id=task.id))).status.message.parts:
+                await anyio.sleep(0.05)
+        if how == "subscribe":
+            stream = client.subscribe(SubscribeToTaskRequest(id=task.id))
+        else:
+            follow_up = user_message("and the price?", task_id=task.id)
+            stream = client.send_message(SendMessageRequest(message=follow_up))
+        texts: list[str] = []
+        with anyio.fail_after(30):
+            async for event in stream:  # pyright: ignore[reportUnknownVariableType]
+                status = event.task.status if event.HasField("task") else event.status_update.status
+                texts.extend(p.text for p in status.message.parts)
+                if event.HasField("task"):
+                    gate.release()
+                if status.state == TaskState.TASK_STATE_COMPLETED:
+                    break
+    assert texts[0] == "reading the catalogue"  # the task the client got first
+    assert texts.count("reading the catalogue") == 1
+    assert texts[-1] == ("done 1" if how == "subscribe" else "done 2")

@@ -8,11 +8,12 @@ from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from harness_core.payloads import (
     TERMINAL_STATES,
+    DelegationProgress,
     DelegationResult,
     Inbound,
     TaskEvent,
@@ -45,6 +46,15 @@ def new_task(**start: Any) -> TaskState:
     return TaskState(
         TaskStart(task_id="t1", context_id="c1", agent_id="a", first=first, **start), now
     )
+
+
+def progress(remote_message_id: str) -> DelegationProgress:
+    """A status of another agent's task (``b``'s ``r1``) as the stand-in ``s1`` saw it."""
+    status = {
+        "state": "TASK_STATE_WORKING",
+        "message": {"messageId": remote_message_id, "parts": [{"text": "thinking"}]},
+    }
+    return DelegationProgress(stand_in="s1", target="b", remote_task_id="r1", status=status)
 
 
 def refusal(task: TaskState, message: Inbound) -> str:
@@ -150,7 +160,7 @@ _steps = st.lists(
         st.tuples(st.just("cancel"), st.just(0), st.just(0)),
         st.tuples(st.just("expire"), st.just(0), st.just(0)),
         st.tuples(st.just("continue"), st.just(0), st.just(0)),
-        st.tuples(st.just("relay"), st.just(0), st.just(0)),
+        st.tuples(st.just("relay"), st.lists(st.integers(0, 2), max_size=4), st.just(0)),
     ),
     max_size=40,
 )
@@ -166,6 +176,7 @@ class Driver:
         self.accepted: set[str] = {"m0"}
         self.states: list[str] = []
         self.serial = 0
+        self.relays: list[int] = []  # remote messages relayed during the next delegation
 
     def send(self, n: int, who: str | None) -> None:
         self.serial += 1
@@ -186,6 +197,9 @@ class Driver:
             self.send(100 + self.serial * 10 + extra, "alice")
         if kind == "delegate":
             task.delegating(TurnOutcome(kind="delegate", message=({"text": "asking"},)))
+            task.relay([progress(f"r{n}") for n in self.relays])  # by push, stream, reads
+            task.relay([progress(f"r{n}") for n in self.relays])  # and again at the end
+            self.relays = []
             task.take_answer(1, DelegationResult(target="b", remote_task_id="r", state="x"))
             self.accepted.add(f"t1:answer-of:{task.turns}:1")
         task.apply(TurnOutcome(kind=kind, message=({"text": f"answer {kind}"},)))  # type: ignore[arg-type]
@@ -213,8 +227,9 @@ class Driver:
         self.archived_events.extend(task.events)
         self.task = TaskState(attrs.evolve(task.start, first=None, carry=task.carry()), now)
 
-    def relay(self) -> None:
-        self.task.relay([])
+    def relay(self, remote: list[int]) -> None:
+        self.task.relay([progress("late")])  # outside a turn: changes nothing
+        self.relays = remote
 
     def check_invariants(self) -> None:
         task = self.task
@@ -227,6 +242,13 @@ class Driver:
         messages = [*self.archived_messages, *task.history]
         ids = [str(m["messageId"]) for m in messages]
         assert len(ids) == len(set(ids)), "a message id twice"
+        relayed = [
+            e.body["status"]["message"]["messageId"]
+            for e in events
+            if e.kind == "status"
+            and "harness.delegation" in e.body["status"].get("message", {}).get("metadata", {})
+        ]
+        assert len(relayed) == len(set(relayed)), "another agent's progress shown twice"
         pending = {str(i.message["messageId"]) for i in task.mailbox}
         for message_id in self.accepted:  # nothing accepted is dropped unanswered
             assert message_id in ids or message_id in pending or message_id in task.refused
@@ -235,6 +257,7 @@ class Driver:
 
 @settings(max_examples=300, deadline=None)
 @given(_steps)
+@example([("send", 1, "alice"), ("relay", [1, 0, 1], 0), ("turn", "delegate", 0)])
 def test_any_sequence_keeps_the_invariants(steps: list[tuple[str, Any, Any]]) -> None:
     driver = Driver()
     driver.turn("ask", 0)
@@ -250,8 +273,28 @@ def test_any_sequence_keeps_the_invariants(steps: list[tuple[str, Any, Any]]) ->
         elif op == "continue":
             driver.continue_as_new()
         else:
-            driver.relay()
+            driver.relay(a)
         driver.check_invariants()
+
+
+def test_another_agents_progress_is_shown_once_however_often_it_is_relayed() -> None:
+    """A stand-in may learn of one status of the other agent's task several ways (its push, its
+    stream, a read of the task that shows the running turn's progress from the listing index, each
+    with its own timestamp): the delegating task shows it once."""
+    task = new_task()
+    task.begin_turn()
+    task.delegating(TurnOutcome(kind="delegate", message=({"text": "asking b"},)))
+    before = task.last_seq()
+    first = progress("r-msg-1")
+    again = attrs.evolve(first, status={**first.status, "timestamp": "2026-12-04T00:00:01Z"})
+    task.relay([first])
+    task.relay([again, progress("r-msg-2")])
+    task.relay([first])
+    shown = [e.body["status"]["message"]["messageId"] for e in task.events[before:]]
+    assert shown == ["s1:r-msg-1", "s1:r-msg-2"]
+    # Histories recorded before the rule replay as they were recorded.
+    task.relay([first], once=False)
+    assert task.last_seq() == before + 3
 
 
 def test_a_turns_delegations_act_for_the_participant_who_asked() -> None:
