@@ -394,9 +394,11 @@ class HarnessRequestHandler(RequestHandler):
         A live event carries the ``harness.seq`` of the last durable event before it, so a client
         that resubscribes with it gets the durable copy, with no gap.
 
-        ``first``: the task as the client got it first. A turn running elsewhere shows its latest
-        progress in the listing index (so in ``first`` too); the stream shows such progress once,
-        and leaves out its durable copy.
+        A turn running elsewhere (or a stream that follows the durable log only) shows its latest
+        progress from the listing index, as a live event, once; its durable copy is then left out.
+        ``first``: the task as the client got it first, whose status may show such progress: it is
+        not shown again from the index, but its durable copy is (the task was a state; the stream
+        gives the events, in their order).
         """
         tasks = self._harness.tasks
         async with self._harness.live.subscribe(tasks.agent_id, task_id) as live:
@@ -406,10 +408,8 @@ class HarnessRequestHandler(RequestHandler):
             # The message ids of every status the stream showed or passed: a turn's progress read
             # from the index is shown only if the stream never had it.
             seen: set[str] = set()
-            progress = None if first is None else _progress(task_id, first)
-            if progress is not None:
-                shown.note_indexed(progress.body)
-                seen.add(_message_id(progress.body))
+            if first is not None:
+                seen.add(_message_id({"status": first.task.get("status") or {}}))
             delay = FOLLOW_FIRST_DELAY
             while True:
                 with _a2a_errors(operation):
@@ -441,7 +441,13 @@ class HarnessRequestHandler(RequestHandler):
                 # A turn running in another process shows its latest progress in the listing
                 # index: shown here too, once, as a live event (its durable copy is left out).
                 progress = _progress(task_id, page.view)
-                if progress is not None and _message_id(progress.body) not in seen:
+                if (
+                    progress is not None
+                    and _message_id(progress.body) not in seen
+                    and (
+                        live.overflowed or not self._harness.live.turn_here(tasks.agent_id, task_id)
+                    )
+                ):
                     shown.note_indexed(progress.body)
                     seen.add(_message_id(progress.body))
                     async for live_proto in self._live_protos([progress], after, operation):

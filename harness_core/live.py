@@ -3,7 +3,9 @@
 A turn's progress, artifacts and text deltas are published here as they happen (from the Temporal
 loop, which is another thread under Trio) and delivered to every open stream of that task in this
 process; the durable copy follows in the task's event log when the turn ends. Streams served by another
-process see only the durable log. Each agent (``Harness``) owns its hub. A subscriber that falls too far behind stops receiving live events
+process see the durable log, and a running turn's latest progress from the listing index (a stream
+reads that only for a task whose turn does not run, and did not just run, here: ``turn_here``).
+Each agent (``Harness``) owns its hub. A subscriber that falls too far behind stops receiving live events
 (``overflowed``) and relies on the durable log alone, so a slow client never holds memory or the turn.
 """
 
@@ -20,7 +22,7 @@ import attrs
 
 from harness_core.bridge import loop_caller
 from harness_core.payloads import ProtoJSON
-from harness_core.retention import MAX_KEPT, MAX_PENDING
+from harness_core.retention import MAX_KEPT, MAX_PENDING, RECENT_TURNS
 
 __all__ = ["LiveEvent", "LiveHub", "Subscription"]
 
@@ -97,6 +99,8 @@ class LiveHub:
         self._subscriptions: dict[tuple[str, str], set[Subscription]] = {}
         # The running attempt's events so far, per task, and whether none was dropped.
         self._kept: dict[tuple[str, str], tuple[list[LiveEvent], bool]] = {}
+        # Tasks whose latest attempt here ended (oldest first, at most RECENT_TURNS).
+        self._ended: dict[tuple[str, str], None] = {}
 
     @contextlib.asynccontextmanager
     async def subscribe(self, agent_id: str, task_id: str) -> AsyncGenerator[Subscription, None]:
@@ -143,9 +147,23 @@ class LiveHub:
     def end(self, agent_id: str, task_id: str) -> None:
         """A turn's attempt ended: its events are (or will be) in the durable log, or void. The
         task's streams are nudged to read it again soon."""
+        key = (agent_id, task_id)
         with self._lock:
-            self._kept.pop((agent_id, task_id), None)
+            self._kept.pop(key, None)
+            self._ended.pop(key, None)
+            self._ended[key] = None
+            if len(self._ended) > RECENT_TURNS:
+                del self._ended[next(iter(self._ended))]
         self.stored(agent_id, task_id)
+
+    def turn_here(self, agent_id: str, task_id: str) -> bool:
+        """Whether the task's turn runs in this process, or one of its recent turns ran here:
+        its streams here have its events live, and then its durable copy. The listing index's
+        progress would only repeat them (or, read between the turn's end and its durable write,
+        show the latest before the ones it follows)."""
+        key = (agent_id, task_id)
+        with self._lock:
+            return key in self._kept or key in self._ended
 
     def stored(self, agent_id: str, task_id: str) -> None:
         """The task's store entry changed: its streams in this process read it now."""

@@ -33,6 +33,9 @@ log = logging.getLogger("harness.retention")
 MAX_PENDING = 4096
 #: Live events of a running attempt kept for streams that join mid-turn.
 MAX_KEPT = 1024
+#: Tasks a hub remembers a turn of as having run in this process (its streams then take that
+#: task's progress from the live fan-out, not from the listing index).
+RECENT_TURNS = 4096
 #: Ended tasks removed by one statement of the sweep (it goes on until fewer are left).
 SWEEP_BATCH = 1000
 

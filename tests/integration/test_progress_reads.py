@@ -81,8 +81,9 @@ async def test_the_llm_agent_reports_each_tool_call_as_progress(make_harness):
 
 async def test_a_stream_that_does_not_see_the_turn_live_shows_its_progress_once(make_harness):
     """Given streams that follow the durable log only (as in a process where the turn does not
-    run: RouteOptions(live=False)), a turn's progress still reaches the stream while the turn
-    runs, from the listing index, and its durable copy is not shown again."""
+    run: RouteOptions(live=False)), a turn's progress still reaches the client while the turn
+    runs (in the task it got first, or from the listing index), and the stream's updates show it
+    once."""
     gate = Gate()
 
     async def agent(ctx: TurnContext) -> TurnResult:
@@ -96,21 +97,25 @@ async def test_a_stream_that_does_not_see_the_turn_live_shows_its_progress_once(
         stream = client.send_message(SendMessageRequest(message=user_message("find it")))
         with anyio.fail_after(20):
             async for event in stream:
-                if event.HasField("status_update"):
-                    texts.extend(p.text for p in event.status_update.status.message.parts)
-                    if "reading the catalogue" in texts:
+                if event.HasField("task"):
+                    if event.task.status.message.parts:
                         gate.release()  # only now: the progress came while the turn ran
-                    if event.status_update.status.state == TaskState.TASK_STATE_COMPLETED:
-                        break
+                    continue
+                texts.extend(p.text for p in event.status_update.status.message.parts)
+                if "reading the catalogue" in texts:
+                    gate.release()
+                if event.status_update.status.state == TaskState.TASK_STATE_COMPLETED:
+                    break
     assert texts.count("reading the catalogue") == 1
     assert texts[-1] == "done"
 
 
 @pytest.mark.parametrize("how", ["subscribe", "follow-up"])
-async def test_progress_the_first_task_showed_is_not_shown_again(make_harness, how):
+async def test_a_subscription_or_a_follow_up_shows_running_progress_once(make_harness, how):
     """Given a turn whose progress the listing index has, when a client subscribes to the task
-    (or streams a follow-up message into it), then the task it gets first shows the progress, and
-    the stream neither repeats it nor shows its durable copy when the turn ends."""
+    (whose first task shows the progress) or streams a follow-up message into it, then the
+    stream's updates show it once: its durable copy when the turn ends, not the index's
+    again (the task was a state; the updates are the events, in their order)."""
     gate = Gate()
 
     async def agent(ctx: TurnContext) -> TurnResult:
@@ -136,15 +141,19 @@ async def test_progress_the_first_task_showed_is_not_shown_again(make_harness, h
         else:
             follow_up = user_message("and the price?", task_id=task.id)
             stream = client.send_message(SendMessageRequest(message=follow_up))
+        first = ""
         texts: list[str] = []
         with anyio.fail_after(30):
             async for event in stream:  # pyright: ignore[reportUnknownVariableType]
-                status = event.task.status if event.HasField("task") else event.status_update.status
-                texts.extend(p.text for p in status.message.parts)
                 if event.HasField("task"):
+                    first = "".join(p.text for p in event.task.status.message.parts)
                     gate.release()
+                    continue
+                status = event.status_update.status
+                texts.extend(p.text for p in status.message.parts)
                 if status.state == TaskState.TASK_STATE_COMPLETED:
                     break
-    assert texts[0] == "reading the catalogue"  # the task the client got first
+    # A subscription's task is the task as it is; a message's, the task as the message found it.
+    assert first == ("reading the catalogue" if how == "subscribe" else "")
     assert texts.count("reading the catalogue") == 1
     assert texts[-1] == ("done 1" if how == "subscribe" else "done 2")

@@ -89,7 +89,9 @@ def test_a_sigkill_with_150_sends_in_flight_loses_no_accepted_message(tmp_path: 
 
         [model]
         kind = "echo"
-        delay = "4s"
+        # Every turn must still run when the last of the 150 sends is taken: on a loaded host
+        # (CI runs two test workers on two cores) taking them all can take several seconds.
+        delay = "8s"
         """,
     )
     owner = {"X-Participant-Id": "owner", "A2A-Version": "1.0"}
