@@ -370,6 +370,19 @@ def test_the_team_survives_a_sigkill_while_d_thinks_and_no_turn_completes_twice(
         while "d start" not in (journal.read_text() if journal.exists() else ""):
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        # c and e answer at once: their turns are done before the kill only once their tasks'
+        # workflows closed (a turn whose result Temporal has not recorded yet runs again, as
+        # d's does). Temporal's own count of them says so.
+        for name in "ce":
+            while (
+                f"{name} done" not in journal.read_text()
+                or httpx.get(f"http://127.0.0.1:{port}/agents/{name}/_monitor", timeout=10).json()[
+                    "runningTasks"
+                ]
+                != 0
+            ):
+                assert time.monotonic() < deadline
+                time.sleep(0.1)  # another process: polling is the only signal
         first.kill()  # SIGKILL, d mid-turn
         first.wait()
     finally:
