@@ -162,8 +162,12 @@ class TaskState:
         self.closed = False
         self.may_reply = False
         self.reply: ProtoJSON | None = None  # a direct Message answered the first message
+        # The task's first message, taken at the start: the update that came with the start is
+        # its delivery (not a retry), which ``take`` says once.
+        self._started_with = ""
         if start.first is not None:
             self.accept(start.first)
+            self._started_with = str(start.first.message.get("messageId", ""))
 
     # -- what it is ---------------------------------------------------------------------------------
 
@@ -292,6 +296,17 @@ class TaskState:
         if inbound.push:
             self.push = True
         return True
+
+    def take(self, inbound: Inbound) -> bool:
+        """A delivery of ``inbound``: whether it is new to the task (False: a retry of a message
+        it has). The first delivery of the message the task started with is new, though the
+        start took the message already."""
+        if self.accept(inbound):
+            return True
+        if self._started_with and inbound.message.get("messageId") == self._started_with:
+            self._started_with = ""
+            return True
+        return False
 
     def answered(self, accepted: int) -> bool:
         """A blocking sender whose message was the ``accepted``-th of the run may have its answer."""

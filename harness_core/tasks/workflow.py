@@ -398,7 +398,7 @@ class TaskWorkflow(LlmTurn):
         task = self._task
         message_id = str(inbound.message.get("messageId", ""))
         cursor = task.last_seq()
-        duplicate = not task.accept(inbound)
+        duplicate = not task.take(inbound)
         mine = task.accepted
         if inbound.wait:
             await workflow.wait_condition(lambda: task.answered(mine))

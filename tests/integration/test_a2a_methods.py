@@ -32,7 +32,17 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from harness_core import Gate, Harness, HarnessGroup, ScriptedModel, TurnOutput
+from harness_core import (
+    Ask,
+    Complete,
+    Gate,
+    Harness,
+    HarnessGroup,
+    ScriptedModel,
+    TurnContext,
+    TurnOutput,
+)
+from harness_core.agents.turn import TurnResult
 from tests.conftest import a2a_client, agent_settings, serving, user_message
 
 pytestmark = pytest.mark.anyio
@@ -358,6 +368,32 @@ async def test_the_heartbeat_schedule_runs_the_agents_heartbeat(make_harness):
         with anyio.fail_after(30):
             while store.get_meta("last_heartbeat") is None:
                 await anyio.sleep(0.1)
+
+
+async def test_a_first_message_is_new_and_its_retry_is_a_duplicate(make_harness):
+    """``Delivery.duplicate`` (README, "Use it from code"): False for the message that starts a
+    task and for a follow-up, True for a retry of either; a retry gets the task as it is."""
+
+    async def agent(ctx: TurnContext) -> TurnResult:
+        return Ask("which one?") if ctx.number == 1 else Complete("done")
+
+    harness = make_harness(options={"agent": agent})
+    first = {"messageId": "d1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    async with HarnessGroup(harness):
+        sent = await harness.tasks.send(first, participant=None, wait=True)
+        again = await harness.tasks.send(first, participant=None, wait=True)
+        task_id = str(sent.view.task["id"])
+        follow_up = {**first, "messageId": "d2", "taskId": task_id}
+        answered = await harness.tasks.send(follow_up, participant=None, wait=True)
+        retried = await harness.tasks.send(follow_up, participant=None, wait=True)
+    assert (sent.duplicate, again.duplicate, answered.duplicate, retried.duplicate) == (
+        False,
+        True,
+        False,
+        True,
+    )
+    assert again.task_id == task_id
+    assert retried.view.task["status"]["state"] == "TASK_STATE_COMPLETED"
 
 
 async def test_following_an_ended_task_returns_the_rest_of_its_log(make_harness):

@@ -138,6 +138,16 @@ def test_a_delegation_answer_is_the_next_turns_message_from_the_agent() -> None:
     assert ("t1:answer-of:1:1", "agent:b") in request.senders
 
 
+def test_the_first_delivery_of_the_starting_message_is_new_and_a_retry_is_not() -> None:
+    """The start takes the first message; the update that came with the start is its delivery
+    (the sender learns it is new), a retry of it is a duplicate, and so is a retry of a later one."""
+    task = new_task()
+    assert task.take(inbound("m0"))
+    assert not task.take(inbound("m0"))
+    assert task.take(inbound("m1")) and not task.take(inbound("m1"))
+    assert task.accepted == 2
+
+
 def test_continue_as_new_carries_state_not_content() -> None:
     task = new_task()
     _, taken, _ = task.begin_turn()
