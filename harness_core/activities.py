@@ -382,8 +382,7 @@ class AgentActivities:
             # The agent's own code raised: one line saying what and where (the traceback with
             # --log-level DEBUG), not one traceback per attempt from temporalio.
             log.warning(
-                "task %s: the agent raised %s: %s (%s); the turn is tried again until its "
-                "attempts are spent",
+                "task %s: the agent raised %s: %s (%s)",
                 task_id,
                 type(error).__name__,
                 error,

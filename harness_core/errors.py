@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "INSTALL_MODELS",
     "CardSigningError",
     "ConfigError",
     "EmbeddedTemporalError",
@@ -25,6 +26,11 @@ __all__ = [
     "TaskNotFoundError",
     "TemporalConnectionError",
 ]
+
+#: How to get what the LLM agent needs (pydantic-ai and the provider SDKs), said the same everywhere.
+INSTALL_MODELS = (
+    "install the a2a-harness 'models' extra (in a checkout: pip install -e '.[models]')"
+)
 
 
 class HarnessError(Exception):

@@ -9,7 +9,7 @@ from typing import Any
 from harness_core.agents.loop import ModelLoop
 from harness_core.agents.turn import Agent
 from harness_core.config import Settings
-from harness_core.errors import ConfigError
+from harness_core.errors import INSTALL_MODELS, ConfigError
 from harness_core.model import EchoModel, ScriptedModel, as_agent
 
 __all__ = ["agent_from_config", "model_loop_from_config"]
@@ -91,9 +91,10 @@ def model_loop_from_config(settings: Settings) -> ModelLoop | None:
             tools=model.tools,
         )
     except ImportError as exc:
+        # Our own modules' ImportError says how to install the extra already; say it once.
+        why = str(exc) if INSTALL_MODELS in str(exc) else f"{INSTALL_MODELS} ({exc})"
         raise ConfigError(
-            f'{label}: model.kind = "{model.kind}" needs the models extra: '
-            f"install the a2a-harness 'models' extra (in a checkout: pip install -e '.[models]') ({exc})"
+            f'{label}: model.kind = "{model.kind}" needs the models extra: {why}'
         ) from None
     except ValueError as exc:
         raise ConfigError(f"{label}: 'model.tools': {exc}") from None

@@ -30,7 +30,7 @@ import attrs
 import httpx
 
 from harness_core.agents.turn import DataPart, FilePart, Part, TextPart, TurnMessage
-from harness_core.errors import HarnessError
+from harness_core.errors import INSTALL_MODELS, HarnessError
 
 try:
     import anthropic
@@ -49,7 +49,7 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"harness_core.agents.llm needs pydantic-ai and the provider SDKs ({error.name} is missing): "
-        "install the a2a-harness 'models' extra (in a checkout: pip install -e '.[models]')"
+        + INSTALL_MODELS
     ) from error
 
 __all__ = [

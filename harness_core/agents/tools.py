@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import attrs
 
-from harness_core.errors import HarnessError
+from harness_core.errors import INSTALL_MODELS, HarnessError
 
 try:
     import pydantic_core
@@ -30,8 +30,7 @@ try:
     from pydantic_ai.tools import ToolDefinition
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        f"harness_core.agents.tools needs pydantic-ai ({error.name} is missing): "
-        "install the a2a-harness 'models' extra (in a checkout: pip install -e '.[models]')"
+        f"harness_core.agents.tools needs pydantic-ai ({error.name} is missing): " + INSTALL_MODELS
     ) from error
 
 __all__ = [

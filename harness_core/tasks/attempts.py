@@ -25,6 +25,7 @@ from temporalio.exceptions import (
 )
 
 from harness_core.payloads import TaskStart
+from harness_core.temporal.workflow_log import log
 
 __all__ = [
     "HEARTBEAT_TIMEOUT",
@@ -172,7 +173,7 @@ class Attempts:
                             type=STALLED,
                             non_retryable=True,
                         ) from None
-                    workflow.logger.info(
+                    log.info(
                         "task %s: %s stopped by its worker; retrying", self._start.task_id, activity
                     )
                     await workflow.sleep(timedelta(seconds=0.5))
@@ -181,6 +182,13 @@ class Attempts:
                 failures += 1
                 if failures >= attempts or not _retryable(error):
                     raise
+                log.info(
+                    "task %s: %s failed (attempt %d of %d); trying again",
+                    self._start.task_id,
+                    activity,
+                    failures,
+                    attempts,
+                )
                 wait = delay * (0.8 + 0.4 * workflow.random().random())
                 # A provider that said when to come back (Retry-After) is asked no sooner.
                 asked = _asked_delay(error)

@@ -58,12 +58,14 @@ from harness_core.temporal.names import (
     CHECKPOINT,
     DELEGATION_WORKFLOW,
     PUSH,
+    RELAY_ONCE,
     RELAY_SIGNAL,
     RUN_TURN,
     SANDBOXED,
     STORE_RECORD,
     TASK_WORKFLOW,
 )
+from harness_core.temporal.workflow_log import log
 
 __all__ = ["STORE_ATTEMPTS", "TaskWorkflow"]
 
@@ -150,7 +152,7 @@ class TaskWorkflow(LlmTurn):
                         RUN_TURN, request, TurnOutcome, local=local, attempts=TURN_ATTEMPTS
                     )
                 except (ActivityError, ApplicationError) as error:
-                    workflow.logger.warning(
+                    log.warning(
                         "turn %d of task %s failed; the task fails", task.turns, start.task_id
                     )
                     outcome = turn_failed(error)
@@ -182,7 +184,7 @@ class TaskWorkflow(LlmTurn):
         except (ActivityError, ApplicationError):
             # Listings show the task as the last write left it; the next durable point (its next
             # turn, or its end) writes again.
-            workflow.logger.warning("task %s: the index did not take its state", start.task_id)
+            log.warning("task %s: the index did not take its state", start.task_id)
 
     async def _continue_as_new(self, start: TaskStart) -> None:
         task = self._task
@@ -197,7 +199,7 @@ class TaskWorkflow(LlmTurn):
             )
         except ActivityError:
             # The store refused; keep this run going and try again after the next turn.
-            workflow.logger.warning("task %s: archiving its run failed", start.task_id)
+            log.warning("task %s: archiving its run failed", start.task_id)
             task.closing = False
             return
         # No batch may start after this run's last command: the next run pushes the rest.
@@ -243,7 +245,7 @@ class TaskWorkflow(LlmTurn):
                 retry_policy=_STORE_RETRY,
             )
         except (ActivityError, ApplicationError):
-            workflow.logger.error(
+            log.error(
                 "task %s: its record could not be stored; it stays in the workflow's result",
                 start.task_id,
             )
@@ -284,7 +286,7 @@ class TaskWorkflow(LlmTurn):
                     ),
                 )
             except ActivityError:
-                workflow.logger.warning("task %s: its push notifications failed", start.task_id)
+                log.warning("task %s: its push notifications failed", start.task_id)
             task.pushed = upto
 
     async def _pushes_sent(self) -> None:
@@ -442,7 +444,7 @@ class TaskWorkflow(LlmTurn):
 def _relay_once() -> bool:
     """Whether another agent's progress is relayed once per message id (patch ``relay-once``:
     a stand-in may learn of one status by push, stream and a read of the task)."""
-    return workflow.patched("relay-once")
+    return workflow.patched(RELAY_ONCE)
 
 
 def _refusal(refused: TaskRefused) -> ApplicationError:

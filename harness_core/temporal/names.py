@@ -21,6 +21,7 @@ __all__ = [
     "HEARTBEAT_WORKFLOW",
     "MODEL_STEP",
     "PUSH",
+    "RELAY_ONCE",
     "RELAY_SIGNAL",
     "RUN_TURN",
     "SANDBOXED",
@@ -55,6 +56,9 @@ DELEGATE_CANCEL = "delegate_cancel"
 
 # The signal a stand-in relays the other agent's progress with.
 RELAY_SIGNAL = "relay"
+
+# The patches of the current generation (docs/workflows.md lists what each one changes).
+RELAY_ONCE = "relay-once"
 
 #: Whether the task and stand-in workflows run in Temporal's sandbox. Not in production: the
 #: sandbox imports the workflow's modules again for every run (about a third of a short task's

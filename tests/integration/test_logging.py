@@ -60,6 +60,12 @@ async def test_an_agent_that_raises_is_one_warning_line_per_attempt(make_harness
     assert all(r.levelno == logging.WARNING for r in raised)
     assert "agent exploded" in raised[0].getMessage()
     assert "test_logging.py" in raised[0].getMessage()  # where it was raised
+    # The workflow says what comes next: two retries, then the end; no dict of Temporal's info.
+    assert [r.getMessage() for r in caplog.records if r.name == "harness.workflow"] == [
+        f"task {task.id}: run_turn failed (attempt 1 of 3); trying again",
+        f"task {task.id}: run_turn failed (attempt 2 of 3); trying again",
+        f"turn 1 of task {task.id} failed; the task fails",
+    ]
 
 
 @pytest.mark.parametrize("on", [True, False], ids=["access-log", "default-off"])
