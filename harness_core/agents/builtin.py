@@ -84,7 +84,7 @@ def model_loop_from_config(settings: Settings) -> ModelLoop | None:
     try:
         return ModelLoop(
             kind=model.kind,
-            name=str(model.name),
+            name=model.name or "test",
             base_url=model.base_url,
             api_key=settings.model_api_key(),
             system=model.system,

@@ -42,6 +42,7 @@ try:
     from pydantic_ai.models import Model, ModelRequestParameters
     from pydantic_ai.models.anthropic import AnthropicModel
     from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.models.test import TestModel
     from pydantic_ai.providers.anthropic import AnthropicProvider
     from pydantic_ai.providers.openai import OpenAIProvider
     from pydantic_ai.settings import ModelSettings
@@ -67,7 +68,7 @@ __all__ = [
     "tool_return_message",
 ]
 
-ModelKind = Literal["openai", "anthropic"]
+ModelKind = Literal["openai", "anthropic", "test"]
 
 #: Sent as the API key when none is configured, for local servers (Ollama, vLLM) that ignore it.
 #: Both SDKs would otherwise read OPENAI_API_KEY / ANTHROPIC_API_KEY from the environment, or
@@ -95,6 +96,10 @@ def build_model(kind: ModelKind, name: str, *, base_url: str | None, api_key: st
     connection pool, bound to the loop that first uses it), then close it with :func:`close_model`.
     Nothing is sent until the first request.
     """
+    if kind == "test":
+        # pydantic-ai's TestModel: no server; it calls every tool it is offered once (arguments
+        # made from each schema), then answers with what they returned.
+        return TestModel(model_name=name or "test")
     url = base_url or _DEFAULT_BASE_URLS[kind]
     key = api_key or NO_API_KEY
     if kind == "openai":
@@ -103,7 +108,7 @@ def build_model(kind: ModelKind, name: str, *, base_url: str | None, api_key: st
     if kind == "anthropic":
         anthropic_client = anthropic.AsyncAnthropic(base_url=url, api_key=key, max_retries=0)
         return AnthropicModel(name, provider=AnthropicProvider(anthropic_client=anthropic_client))
-    raise ValueError(f"model kind {kind!r} is not one of 'openai', 'anthropic'")
+    raise ValueError(f"model kind {kind!r} is not one of 'openai', 'anthropic', 'test'")
 
 
 async def close_model(model: Model) -> None:

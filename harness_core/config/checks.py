@@ -246,8 +246,15 @@ def _validate_model(model: ModelConfig, label: str) -> None:
         for key, value in llm_only.items():
             if value is not None:
                 raise ConfigError(
-                    f"{label}: 'model.{key}' is only used when model.kind is \"openai\" or "
-                    f'"anthropic" (kind is "{model.kind}")'
+                    f"{label}: 'model.{key}' is only used when model.kind is \"openai\", "
+                    f'"anthropic" or "test" (kind is "{model.kind}")'
+                )
+    elif model.kind == "test":
+        for key in ("base_url", "api_key_env"):
+            if llm_only[key] is not None:
+                raise ConfigError(
+                    f"{label}: 'model.{key}' is not used when model.kind = \"test\" "
+                    "(pydantic-ai's TestModel: no model server)"
                 )
     elif model.name is None or not model.name.strip():
         raise ConfigError(

@@ -174,7 +174,7 @@ class RetentionConfig:
 class ModelConfig:
     """``[model]``: what answers each turn: a built-in agent, a model server, or Python code."""
 
-    kind: Literal["echo", "scripted", "tck", "openai", "anthropic", "python"] = "echo"
+    kind: Literal["echo", "scripted", "tck", "openai", "anthropic", "test", "python"] = "echo"
     name: str | None = None  # openai/anthropic: the provider's model name
     base_url: str | None = None  # openai/anthropic: another server (Ollama, vLLM, a proxy)
     api_key_env: str | None = None  # openai/anthropic: the NAME of the variable holding the key
@@ -193,5 +193,6 @@ class ModelConfig:
 
     @property
     def is_llm(self) -> bool:
-        """The workflow runs the model loop (a model server), not one activity per turn."""
-        return self.kind in ("openai", "anthropic")
+        """The workflow runs the model loop (a model server, or pydantic-ai's offline ``TestModel``),
+        not one activity per turn."""
+        return self.kind in ("openai", "anthropic", "test")

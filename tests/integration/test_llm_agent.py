@@ -259,3 +259,18 @@ async def test_a_rate_limited_request_waits_as_asked_and_then_completes(
         if e.HasField("timer_started_event_attributes")
     ]
     assert [t.total_seconds() for t in timers] == [1.0]
+
+
+async def test_the_test_kind_calls_each_tool_offline_and_answers_with_what_it_returned(
+    make_harness,
+):
+    """``kind = "test"`` (pydantic-ai's TestModel, no server): the tutorial's offline model. It
+    calls the configured tool once, durably like any model's call, then answers with its result."""
+    agent_tools.CALLS.clear()
+    harness = make_harness(model={"kind": "test", "tools": [f"{TOOLS}:lookup_order"], "agents": []})
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("where is order 42?"))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    [(name, order_id)] = agent_tools.CALLS
+    assert name == "lookup_order" and isinstance(order_id, int)  # made from the schema
+    assert f"order {order_id} shipped on Monday" in task.status.message.parts[0].text

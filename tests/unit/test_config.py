@@ -589,6 +589,11 @@ def test_ui_dir_is_resolved_beside_the_file_and_must_be_an_existing_directory(
             "'model.agents[1]' is 'b': is named twice",
         ),
         ('kind = "openai"\nname = "m"\nagents = "b"', "'model.agents' must be a list of strings"),
+        (
+            'kind = "test"\nbase_url = "http://127.0.0.1:11434/v1"',
+            "'model.base_url' is not used when model.kind = \"test\" (pydantic-ai's TestModel: "
+            "no model server)",
+        ),
     ],
 )
 def test_a_wrong_model_section_names_the_key_and_what_is_allowed(

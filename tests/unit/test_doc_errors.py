@@ -100,7 +100,7 @@ CASES = [
     (
         '[model]\nkind = "gpt"\n',
         "'model.kind' is 'gpt': must be one of \"echo\", \"scripted\", "
-        '"tck", "openai", "anthropic", "python"',
+        '"tck", "openai", "anthropic", "test", "python"',
     ),
     (
         '[model]\nkind = "openai"\n',
@@ -109,7 +109,8 @@ CASES = [
     ),
     (
         '[model]\nname = "m"\n',
-        '\'model.name\' is only used when model.kind is "openai" or "anthropic" (kind is "echo")',
+        "'model.name' is only used when model.kind is "
+        '"openai", "anthropic" or "test" (kind is "echo")',
     ),
     (
         '[model]\nkind = "openai"\nname = "m"\ntools = ["not a path"]\n',
