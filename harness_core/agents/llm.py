@@ -25,6 +25,7 @@ import json
 import mimetypes
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import attrs
 import httpx
@@ -109,6 +110,17 @@ def build_model(kind: ModelKind, name: str, *, base_url: str | None, api_key: st
         anthropic_client = anthropic.AsyncAnthropic(base_url=url, api_key=key, max_retries=0)
         return AnthropicModel(name, provider=AnthropicProvider(anthropic_client=anthropic_client))
     raise ValueError(f"model kind {kind!r} is not one of 'openai', 'anthropic', 'test'")
+
+
+def server_of(kind: ModelKind, base_url: str | None) -> str:
+    """The server a model of ``kind`` is asked at, as scheme, host, port and path: never the user
+    information a URL may hold."""
+    parts = urlsplit(base_url or _DEFAULT_BASE_URLS.get(kind, ""))
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    port = f":{parts.port}" if parts.port is not None else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 async def close_model(model: Model) -> None:

@@ -69,6 +69,13 @@ class ModelLoop:
             cast("Any", kind), name, base_url=base_url, api_key=api_key
         )
         self._system = system
+        # Where the requests go, for the log: the model and its server, without any user
+        # information a URL may hold.
+        self._where = (
+            "the test model"
+            if kind == "test"
+            else f"{name} at {llm.server_of(cast('Any', kind), base_url)}"
+        )
         loaded = [load_tool(spec) for spec in tools]
         self._tools: dict[str, LoadedTool] = {tool.name: tool for tool in loaded}
         #: The agents this one may ask, as (id, description) (set by its harness): each is
@@ -148,8 +155,9 @@ class ModelLoop:
             # One line of ours; temporalio logs a benign failure at DEBUG only, without the
             # traceback of the provider's exception.
             log.warning(
-                "task %s: a model request failed: %s%s",
+                "task %s: a model request failed (%s): %s%s",
                 ctx.task_id,
+                self._where,
                 error.message,
                 "" if error.retryable else " (not retried)",
             )

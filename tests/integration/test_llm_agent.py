@@ -150,8 +150,9 @@ async def test_an_unreachable_model_server_is_tried_again_then_named_in_the_fail
         "the agent could not complete this task: the connection to the model server failed "
         "(connection error)"
     )
-    failed = [r for r in caplog.records if "a model request failed" in r.getMessage()]
+    failed = [r.getMessage() for r in caplog.records if "a model request failed" in r.getMessage()]
     assert len(failed) == 5
+    assert f"(m at {closed})" in failed[0]  # which model, and where it was asked
     assert not [r for r in caplog.records if r.exc_info is not None and r.levelno >= logging.INFO]
 
 

@@ -35,6 +35,7 @@ from harness_core.agents.llm import (
     model_call_error,
     request,
     response_summary,
+    server_of,
     to_model_messages,
     tool_return_message,
 )
@@ -611,3 +612,14 @@ for package in (harness_core, harness_asgi):
     )
 
     assert result.returncode == 0, result.stderr
+
+
+def test_the_server_a_model_is_asked_at_is_logged_without_user_information() -> None:
+    """What the log names when a model request fails: the provider's endpoint by default, else
+    ``base_url`` without any ``user:password@`` it may hold."""
+    assert server_of("openai", None) == "https://api.openai.com/v1"
+    assert server_of("anthropic", None) == "https://api.anthropic.com"
+    assert server_of("openai", "http://user:s3cret@127.0.0.1:11434/v1") == (
+        "http://127.0.0.1:11434/v1"
+    )
+    assert server_of("openai", "http://[::1]:8000/v1") == "http://[::1]:8000/v1"
