@@ -82,8 +82,17 @@ SEQ_KEY = "harness.seq"
 
 
 def _task_proto(view: TaskView) -> Task:
-    """The task for a client."""
-    return ParseDict(view.task, Task(), ignore_unknown_fields=True)
+    """The task for a client: its status's metadata (a declined turn's) is the task's."""
+    task: dict[str, Any] = view.task
+    status = cast("dict[str, Any]", task.get("status") or {})
+    if "metadata" in status:
+        plain = {k: v for k, v in status.items() if k != "metadata"}
+        metadata: dict[str, Any] = {
+            **cast("dict[str, Any]", task.get("metadata") or {}),
+            **cast("dict[str, Any]", status["metadata"]),
+        }
+        task = {**task, "status": plain, "metadata": metadata}
+    return ParseDict(task, Task(), ignore_unknown_fields=True)
 
 
 def _event_proto(

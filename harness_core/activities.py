@@ -43,6 +43,7 @@ from harness_core.payloads import (
     TurnOutcome,
     TurnRequest,
 )
+from harness_core.plugins.runtime import AgentPlugins
 from harness_core.push.delivery import PushActivities
 from harness_core.retention import Sweep
 from harness_core.secrets import SECRETS
@@ -117,6 +118,7 @@ class AgentActivities:
         delegates: Callable[[], list[tuple[str, str]]] = list,
         pace: TurnPace | None = None,
         live: LiveHub | None = None,
+        plugins: AgentPlugins | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.agent = agent
@@ -132,6 +134,8 @@ class AgentActivities:
         self.pace = pace
         # The agent's live fan-out to its open streams in this process (the Harness owns it).
         self.live = live if live is not None else LiveHub()
+        # Asked before each turn (their gates), in the turn's first activity.
+        self.plugins = plugins
 
     def _paced(self, began: float) -> None:
         """A local turn (or model request) that ran long: the agent's new tasks avoid holding
@@ -208,6 +212,16 @@ class AgentActivities:
             on_progress=partial(self._note_progress, request.task_id),
         )
 
+    async def _gate(
+        self, request: TurnRequest, history: tuple[TurnMessage, ...]
+    ) -> tuple[str, ...]:
+        """The plugins whose turn gates decline this turn (none: take it)."""
+        if self.plugins is None:
+            return ()
+        return await self.plugins.gate(
+            history, task_id=request.task_id, context_id=request.context_id
+        )
+
     async def _note_progress(self, task_id: str, status: ProtoJSON) -> None:
         try:
             await anyio.to_thread.run_sync(self.store.note_progress, task_id, status)
@@ -240,7 +254,11 @@ class AgentActivities:
         agent = self.agent
         if agent is None:
             raise ApplicationError("this agent runs an LLM loop, not turns", non_retryable=True)
-        ctx = self._context(request, await self._history(request))
+        history = await self._history(request)
+        declined = await self._gate(request, history)
+        if declined:
+            return TurnOutcome(kind="declined", declined=declined)
+        ctx = self._context(request, history)
         began = time.monotonic()
         try:
             result = await self._guarded(request.task_id, lambda: agent.turn(ctx))
@@ -263,6 +281,10 @@ class AgentActivities:
         if llm is None:
             raise ApplicationError("this agent has no model", non_retryable=True)
         history = await self._history(step.turn)
+        if step.step == 1:
+            declined = await self._gate(step.turn, history)
+            if declined:
+                return ModelStep(text="", tool_calls=(), response=None, declined=declined)
         ctx = self._context(step.turn, history)
         # The model's text streams in only when it can be watched: a regular activity (its
         # task's streams read it live), or a local one that a stream of this process follows.

@@ -91,6 +91,9 @@ class HarnessGroup:
             )
         self._running = self._ran = True
         try:
+            # What each agent can tell without starting anything (its plugins' secrets).
+            for h in self.harnesses:
+                h.preflight()
             with contextlib.ExitStack() as held:
                 for h in self.harnesses:
                     held.enter_context(

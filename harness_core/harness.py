@@ -12,7 +12,7 @@ import contextlib
 import enum
 import logging
 import os
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,7 @@ from harness_core.live import LiveHub
 from harness_core.logs import agent_context, install_record_redaction, quiet_client_errors
 from harness_core.model import Model, as_agent
 from harness_core.payloads import TaskStart
+from harness_core.plugins import AgentPlugins, Plugin, load_plugins
 from harness_core.pool import pool
 from harness_core.push.delivery import PushActivities
 from harness_core.secrets import SECRETS
@@ -112,14 +113,19 @@ class Harness:
         prefix: str | None = None,
         participant: ParticipantResolver | None = None,
         routes: RouteOptions | None = None,
+        plugins: Sequence[Plugin] = (),
     ) -> None:
         self.settings = settings
+        #: The agent's plugins (``[agent] plugins``, then ``plugins``), checked.
+        self.plugins = load_plugins(settings, plugins)
         chosen = agent if agent is not None else model
         #: The turn agent; None when the workflow runs the LLM loop of ``[model]``.
         self.agent: Agent | None = (
             as_agent(chosen) if chosen is not None else agent_from_config(settings)
         )
-        self.model_loop = model_loop_from_config(settings) if self.agent is None else None
+        self.model_loop = (
+            model_loop_from_config(settings, self.plugins) if self.agent is None else None
+        )
         if self.model_loop is not None:
             self.model_loop.delegates = self._delegates
         #: The media types the agent accepts and produces (its card's modes); a message with a
@@ -226,6 +232,16 @@ class Harness:
             self._app = agent_app(self)
         return self._app
 
+    def preflight(self) -> None:
+        """Refuse to start, before anything is claimed or opened, for what the agent can tell
+        alone: a secret its plugins declare that is unset or empty (``ConfigError``)."""
+        try:
+            self.plugins.check_secrets(self.settings.label)
+        except ConfigError as exc:
+            self.state, self.failure = AgentState.FAILED, f"{type(exc).__name__}: {exc}"
+            log.error("agent %s failed: %s", self.agent_id, self.failure)
+            raise
+
     async def run_agent(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the agent until cancelled: lease, store, worker, heartbeat; then unwind in reverse.
 
@@ -246,11 +262,17 @@ class Harness:
         graceful = settings.server.graceful_timeout
         try:
             # Every redactor in the process masks this agent's secrets while it runs.
-            SECRETS.register(self.agent_id, _secret_values(settings))
+            self.plugins.check_secrets(settings.label)  # as preflight, for a start without a group
+            SECRETS.register(self.agent_id, _secret_values(settings, self.plugins))
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 async with pool.lease(settings, client=self._client) as connection:
                     store = await anyio.to_thread.run_sync(TaskStore, settings.store_path)
+                    try:
+                        await anyio.to_thread.run_sync(self.plugins.open, store, settings.label)
+                    except BaseException:
+                        store.close()
+                        raise
                     pace = TurnPace()
                     credential = self._credential()
                     pusher = PushActivities(
@@ -283,6 +305,7 @@ class Harness:
                             delegates=self._delegates,
                             pace=pace,
                             live=self.live,
+                            plugins=self.plugins,
                         )
                         async with anyio.create_task_group() as tg:
                             queue = settings.effective_task_queue
@@ -492,10 +515,13 @@ class Harness:
             yield
 
 
-def _secret_values(settings: Settings) -> list[str]:
-    """The agent's secrets: the Temporal API key, when one is configured, and the values of the
-    headers it sends to other agents (``[[agents]] headers``)."""
+def _secret_values(settings: Settings, plugins: AgentPlugins) -> list[str]:
+    """The agent's secrets: the Temporal API key, when one is configured, the values of the
+    headers it sends to other agents (``[[agents]] headers``) and its plugins' secrets."""
     values: list[str] = []
+    for plugin in plugins.plugins:
+        values.extend(os.environ.get(name, "").strip() for name in plugin.secrets)
+    values = [value for value in values if value]
     if settings.temporal.api_key_env is not None:
         key = settings.api_key()
         if key:

@@ -20,6 +20,7 @@ from typing import Any, Literal, cast
 import attrs
 
 __all__ = [
+    "DECLINED_KEY",
     "SETTLED_STATES",
     "TERMINAL_STATES",
     "Archive",
@@ -46,6 +47,7 @@ __all__ = [
     "ToolCallSpec",
     "TurnOutcome",
     "TurnRequest",
+    "declined",
     "may_access",
     "relayable",
     "relayed_status",
@@ -59,6 +61,15 @@ TERMINAL_STATES = frozenset(
 )
 #: A blocking SendMessage returns, and a stream ends, once the task is in one of these.
 SETTLED_STATES = TERMINAL_STATES | {"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"}
+#: The task's metadata key that says a plugin's turn gate declined its latest turn.
+DECLINED_KEY = "harness.declined"
+
+
+def declined(status: ProtoJSON) -> bool:
+    """The task rests after a turn a plugin's gate declined (the status keeps the state it had
+    before that turn, and says so in its ``metadata``)."""
+    metadata = status.get("metadata")
+    return isinstance(metadata, dict) and DECLINED_KEY in metadata
 
 
 def may_access(participants: tuple[str, ...] | list[str], participant: str | None) -> bool:
@@ -216,7 +227,8 @@ class TaskView:
     @property
     def settled(self) -> bool:
         """Nothing left to do for now: a stream following this task may end."""
-        return self.closed or (not self.busy and self.state in SETTLED_STATES)
+        status = self.task.get("status", {})
+        return self.closed or (not self.busy and (self.state in SETTLED_STATES or declined(status)))
 
 
 @attrs.frozen
@@ -380,10 +392,11 @@ class DelegationResult:
 class TurnOutcome:
     """How a turn ended, and what it emitted (events, large content by reference).
 
-    ``kind`` is one of complete, ask, auth, reject, fail, reply, delegate.
+    ``kind`` is one of complete, ask, auth, reject, fail, reply, delegate, declined (a plugin's
+    turn gate said no: ``declined`` names the plugins).
     """
 
-    kind: Literal["complete", "ask", "auth", "reject", "fail", "reply", "delegate"]
+    kind: Literal["complete", "ask", "auth", "reject", "fail", "reply", "delegate", "declined"]
     message: tuple[ProtoJSON, ...] = ()
     artifacts: tuple[ProtoJSON, ...] = ()
     #: Progress and artifact updates emitted during the turn, in order (ProtoJSON event bodies
@@ -391,6 +404,8 @@ class TurnOutcome:
     emitted: tuple[tuple[str, ProtoJSON], ...] = ()
     #: ``kind == "delegate"``: the messages for other agents.
     delegations: tuple[DelegationSpec, ...] = ()
+    #: ``kind == "declined"``: the keys of the plugins whose gates declined the turn.
+    declined: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -431,6 +446,8 @@ class ModelStep:
     message: tuple[ProtoJSON, ...] = ()
     #: Artifact chunks the live text was checkpointed as (large content by reference).
     emitted: tuple[tuple[str, ProtoJSON], ...] = ()
+    #: Plugins' turn gates declined the turn (their keys); nothing was asked of the model.
+    declined: tuple[str, ...] = ()
 
 
 @attrs.frozen

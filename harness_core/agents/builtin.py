@@ -11,11 +11,15 @@ from harness_core.agents.turn import Agent
 from harness_core.config import Settings
 from harness_core.errors import INSTALL_MODELS, ConfigError
 from harness_core.model import EchoModel, ScriptedModel, as_agent
+from harness_core.plugins.contract import PluginToolError
+from harness_core.plugins.runtime import AgentPlugins
 
-__all__ = ["agent_from_config", "model_loop_from_config"]
+__all__ = ["agent_from_config", "import_named", "model_loop_from_config"]
 
 
-def _import(spec: str, key: str, label: str) -> Any:
+def import_named(spec: str, key: str, label: str) -> Any:
+    """The object ``spec`` (``"package.module:name"``, the value of ``key`` in ``label``) names;
+    a :class:`ConfigError` in the file's words when it cannot be imported."""
     module_name, _, attribute = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -56,7 +60,7 @@ def agent_from_config(settings: Settings) -> Agent | None:
 
         return TckAgent()
     if model.kind == "python":
-        factory = _import(str(model.factory), "model.factory", label)
+        factory = import_named(str(model.factory), "model.factory", label)
         if not callable(factory):
             raise ConfigError(
                 f"{label}: 'model.factory' = {model.factory!r} is of type {type(factory).__name__}, "
@@ -75,7 +79,9 @@ def agent_from_config(settings: Settings) -> Agent | None:
     return None
 
 
-def model_loop_from_config(settings: Settings) -> ModelLoop | None:
+def model_loop_from_config(
+    settings: Settings, plugins: AgentPlugins | None = None
+) -> ModelLoop | None:
     """The model server and tools of ``[model]`` (kind openai or anthropic), else None."""
     model = settings.model
     if not model.is_llm:
@@ -89,6 +95,7 @@ def model_loop_from_config(settings: Settings) -> ModelLoop | None:
             api_key=settings.model_api_key(),
             system=model.system,
             tools=model.tools,
+            plugins=plugins,
         )
     except ImportError as exc:
         # Our own modules' ImportError says how to install the extra already; say it once.
@@ -96,5 +103,7 @@ def model_loop_from_config(settings: Settings) -> ModelLoop | None:
         raise ConfigError(
             f'{label}: model.kind = "{model.kind}" needs the models extra: {why}'
         ) from None
+    except PluginToolError as exc:
+        raise ConfigError(f"{label}: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{label}: 'model.tools': {exc}") from None

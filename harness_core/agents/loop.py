@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model as PaiModel
 
     from harness_core.agents.tools import LoadedTool
+    from harness_core.plugins.runtime import AgentPlugins
 
 __all__ = ["ModelLoop"]
 
@@ -60,15 +61,20 @@ class ModelLoop:
         api_key: str | None,
         system: str | None,
         tools: Sequence[str] = (),
+        plugins: AgentPlugins | None = None,
     ) -> None:
         from harness_core.agents import llm
-        from harness_core.agents.tools import load_tool
+        from harness_core.agents.tools import InvalidToolError, describe_tool, load_tool
+        from harness_core.plugins.contract import PluginToolError
 
         self._llm = llm
         self._model: PaiModel = llm.build_model(
             cast("Any", kind), name, base_url=base_url, api_key=api_key
         )
-        self._system = system
+        # The plugins' capability texts follow the configured prompt.
+        capabilities = plugins.capabilities() if plugins is not None else ""
+        self._system = "\n\n".join(p for p in (system or "", capabilities) if p) or None
+        self._plugins = plugins
         # Where the requests go, for the log: the model and its server, without any user
         # information a URL may hold.
         self._where = (
@@ -78,6 +84,19 @@ class ModelLoop:
         )
         loaded = [load_tool(spec) for spec in tools]
         self._tools: dict[str, LoadedTool] = {tool.name: tool for tool in loaded}
+        for key, function in plugins.tools() if plugins is not None else ():
+            label = f"{getattr(function, '__qualname__', function)!s} of plugin {key!r}"
+            try:
+                described = describe_tool(function, label, owner=key)
+            except InvalidToolError as error:
+                raise PluginToolError(str(error)) from None
+            clash = self._tools.get(described.name)
+            if clash is not None:
+                raise PluginToolError(
+                    f"the tool {described.name!r} of plugin {key!r} has the name of "
+                    f"{clash.spec!r} (model.tools); rename one (@tool(name=...))"
+                )
+            self._tools[described.name] = described
         #: The agents this one may ask, as (id, description) (set by its harness): each is
         #: offered to the model as a tool ``ask_<id>`` that delegates over A2A.
         self.delegates: Callable[[], list[tuple[str, str]]] = list
@@ -203,10 +222,17 @@ class ModelLoop:
 
     async def call_tool(self, call: ToolCallInput) -> ToolCallOutput:
         from harness_core.agents.tools import ToolArgumentsError
+        from harness_core.plugins.contract import entered, left
 
         tool = self._tools.get(call.name)
         if tool is None:
             return ToolCallOutput(f"there is no tool named {call.name!r}", failed=True)
+        # A plugin's tool finds its plugin's context (options, tables, the task) while it runs.
+        token = (
+            entered(self._plugins.context(tool.owner, call.task_id))
+            if tool.owner and self._plugins is not None
+            else None
+        )
         try:
             return ToolCallOutput(await tool.call(call.arguments))
         except ToolArgumentsError as error:
@@ -218,3 +244,6 @@ class ModelLoop:
                 type="ToolFailed",
                 non_retryable=not tool.idempotent,
             ) from None
+        finally:
+            if token is not None:
+                left(token)

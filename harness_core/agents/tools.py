@@ -39,8 +39,10 @@ __all__ = [
     "LoadedTool",
     "ToolArgumentsError",
     "ToolOptions",
+    "describe_tool",
     "load_tool",
     "tool",
+    "tool_name",
 ]
 
 #: Seconds a tool call may take when its function does not say (see :func:`tool`).
@@ -106,6 +108,8 @@ class LoadedTool:
     idempotent: bool
     timeout: float
     _tool: Tool[Any] = attrs.field(alias="tool", repr=False)
+    #: The key of the plugin that gives the tool ("" for ``[model] tools``).
+    owner: str = ""
 
     async def call(self, args_json: str) -> str:
         """Run the tool with the model's arguments (a JSON object); its result as text.
@@ -169,6 +173,21 @@ def load_tool(spec: str) -> LoadedTool:
                 f"tool {spec!r}: {module_name!r} has no attribute {attribute_path!r}"
             )
         target = getattr(target, attribute)
+    return describe_tool(target, spec)
+
+
+def tool_name(function: Callable[..., Any]) -> str:
+    """The name a model sees a tool function by: its ``@tool(name=...)``, else its own name."""
+    options = getattr(function, _OPTIONS_ATTRIBUTE, None)
+    if isinstance(options, ToolOptions) and options.name:
+        return options.name
+    return str(getattr(function, "__name__", ""))
+
+
+def describe_tool(target: object, spec: str, *, owner: str = "") -> LoadedTool:
+    """Describe the async function ``target`` as a tool (``spec`` is what errors call it; ``owner``
+    the key of the plugin that gives it, if one does). Raises :class:`InvalidToolError` as
+    :func:`load_tool` does."""
     if not callable(target) or not _is_async(target):
         raise InvalidToolError(
             f"tool {spec!r} is not an async function (tools are defined with 'async def')"
@@ -193,4 +212,5 @@ def load_tool(spec: str) -> LoadedTool:
         idempotent=options.idempotent,
         timeout=options.timeout,
         tool=described,
+        owner=owner,
     )

@@ -57,6 +57,12 @@ def validate(settings: Settings, label: str) -> None:
                     'must be a media type like "text/plain", "image/*" or "*/*"',
                 )
 
+    for index, spec in enumerate(agent.plugins):
+        if re.fullmatch(_IMPORT_PATTERN, spec) is None:
+            raise bad_value(label, f"agent.plugins[{index}]", spec, _IMPORT_HINT)
+        if spec in agent.plugins[:index]:
+            raise bad_value(label, f"agent.plugins[{index}]", spec, "is named twice")
+
     if not temporal.namespace.strip():
         raise bad_value(label, "temporal.namespace", temporal.namespace, "must not be blank")
     if temporal.task_queue is not None and not temporal.task_queue.strip():

@@ -111,6 +111,20 @@ def _check_value(value: object, annotation: object, key: str, label: str) -> obj
         # TOML has no null, so the None in an optional field can never be written.
         (annotation,) = (arg for arg in typing.get_args(annotation) if arg is not type(None))
     origin = typing.get_origin(annotation)
+    if origin is Mapping:
+        # [plugins.<key>]: a table of tables, each a plugin's own options (any TOML values).
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{label}: '{key}' must be a table ([{key}]), got {toml_kind(value)}")
+        tables = typing.cast(Mapping[str, object], value)
+        for name, item in tables.items():
+            if not isinstance(item, Mapping):
+                raise ConfigError(
+                    f"{label}: '{key}.{name}' must be a table ([{key}.{name}]) of the plugin's "
+                    f"options, got {toml_kind(item)}"
+                )
+        return {
+            name: dict(typing.cast(Mapping[str, object], item)) for name, item in tables.items()
+        }
     if isinstance(annotation, type) and attrs.has(annotation):
         return _check_table(value, annotation, key, label)
     if origin is Literal:

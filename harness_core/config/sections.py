@@ -40,6 +40,9 @@ class AgentConfig:
     # declaration, else what its kind handles (text/plain for echo, scripted and custom agents).
     input_modes: tuple[str, ...] = ()
     output_modes: tuple[str, ...] = ()
+    # Plugins, as "package.module:name" of a Plugin or of a function returning one; a plugin's
+    # options are the [plugins.<its key>] table (docs/plugins.md).
+    plugins: tuple[str, ...] = ()
 
 
 @attrs.frozen

@@ -8,7 +8,9 @@ so every consumer derives them the same way.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -49,6 +51,8 @@ class Settings:
     card: CardConfig = attrs.field(factory=CardConfig)
     auth: AuthConfig = attrs.field(factory=AuthConfig)
     agents: tuple[RemoteAgentConfig, ...] = ()
+    #: ``[plugins.<key>]``: each plugin's options, by its key (what the plugin reads is its own).
+    plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict[str, Mapping[str, Any]])
     # Set by the loader, never read from TOML.
     source: Path | None = None
     base_dir: Path = attrs.field(default=Path("."))

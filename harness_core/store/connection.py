@@ -52,6 +52,13 @@ class StoreConnection:
             self._db.execute("COMMIT")
 
     @contextlib.contextmanager
+    def exclusive(self) -> Generator[sqlite3.Connection, None, None]:
+        """The connection, held under the lock, in a write transaction of its own: for the
+        tables of plugins (``harness_core.plugins.tables``), which confine what runs in it."""
+        with self._lock, self._transaction():
+            yield self._db
+
+    @contextlib.contextmanager
     def _transaction(self) -> Generator[None, None, None]:
         self._db.execute("BEGIN IMMEDIATE")
         try:

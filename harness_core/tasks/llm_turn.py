@@ -99,6 +99,8 @@ class LlmTurn:
                 return turn_failed(error)
             if answer is None:
                 return None
+            if answer.declined:
+                return TurnOutcome(kind="declined", declined=answer.declined)
             emitted.extend(answer.emitted)
             exchange.append(answer.response)
             if not answer.tool_calls or final:

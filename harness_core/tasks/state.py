@@ -19,6 +19,7 @@ from typing import Any, Literal, cast
 import attrs
 
 from harness_core.payloads import (
+    DECLINED_KEY,
     SETTLED_STATES,
     TERMINAL_STATES,
     Archive,
@@ -34,6 +35,7 @@ from harness_core.payloads import (
     TaskTail,
     TurnOutcome,
     TurnRequest,
+    declined,
     may_access,
     relayed_status,
 )
@@ -155,6 +157,8 @@ class TaskState:
         self.accepted = 0  # messages accepted in this run
         self.processed = 0  # of those, the ones a finished turn has seen (or the end refused)
         self.in_turn = False
+        # The state the task had when its latest turn began.
+        self.before_turn = self.state
         # The message ids of this run's relayed progress: each is shown once, however many ways
         # (push, stream, a read of the other agent's task) the stand-in learned of it.
         self.relayed: set[str] = set()
@@ -185,7 +189,7 @@ class TaskState:
 
     def settled(self) -> bool:
         """Nothing to do, and the task rests in a state where a client stops waiting."""
-        return not self.busy() and self.state in SETTLED_STATES
+        return not self.busy() and (self.state in SETTLED_STATES or declined(self.status))
 
     def ended(self) -> bool:
         return self.state in TERMINAL_STATES
@@ -199,7 +203,8 @@ class TaskState:
 
     def idle_seconds(self) -> float | None:
         """How long the task may wait for input before it expires (None: as long as it takes)."""
-        return idle_limit(self.start.idle_seconds, self.state in INTERRUPTED_STATES)
+        waiting = self.state in INTERRUPTED_STATES or declined(self.status)
+        return idle_limit(self.start.idle_seconds, waiting)
 
     # -- events -------------------------------------------------------------------------------------
 
@@ -423,6 +428,8 @@ class TaskState:
                 self.history.append(inbound.message)
         self.mailbox.clear()
         self.turns += 1
+        # What a turn that a plugin's gate declines leaves the task as.
+        self.before_turn = self.state
         if self.state != "TASK_STATE_WORKING":
             self.emit_status("TASK_STATE_WORKING")
         unwritten = self.history[self.persisted :]
@@ -461,7 +468,14 @@ class TaskState:
         for artifact in outcome.artifacts:
             self.event("artifact", {"artifact": artifact, "lastChunk": True})
         message = outcome.message
-        if outcome.kind == "fail":
+        if outcome.kind == "declined":
+            # The task stays as it was before the turn, and says why (its status's metadata,
+            # shown as the task's metadata): no message, no reply.
+            why = {DECLINED_KEY: {"turn": number, "plugins": list(outcome.declined)}}
+            status: ProtoJSON = {"state": self.before_turn, "timestamp": self._now()}
+            self.status = {**status, "metadata": why}
+            self.event("status", {"status": status, "metadata": why})
+        elif outcome.kind == "fail":
             self.emit_status(
                 "TASK_STATE_FAILED",
                 self.agent_message("final", message or text_message("the task failed")),

@@ -41,7 +41,7 @@ CASES = [
     (
         '[agnt]\nid = "a"\n',
         "unknown section 'agnt' (allowed: agent, temporal, server, store, "
-        "heartbeat, model, retention, push, delegation, card, auth, agents)",
+        "heartbeat, model, retention, push, delegation, card, auth, agents, plugins)",
     ),
     ('agent = "a"\n', "'agent' must be a table ([agent]), got string"),
     (
@@ -53,7 +53,8 @@ CASES = [
     ('[agent]\nname = "  "\n', "'agent.name' is '  ': must not be blank; leave it out"),
     (
         '[agent]\nowner = "x"\n',
-        "unknown key 'agent.owner' (allowed in [agent]: id, name, description, input_modes, output_modes)",
+        "unknown key 'agent.owner' (allowed in [agent]: id, name, description, input_modes, "
+        "output_modes, plugins)",
     ),
     (
         '[temporal]\nmode = "cloud"\n',

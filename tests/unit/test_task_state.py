@@ -162,7 +162,7 @@ def test_continue_as_new_carries_state_not_content() -> None:
 
 # -- any sequence -------------------------------------------------------------------------------------
 
-_KINDS = ["complete", "ask", "auth", "reject", "fail", "reply", "delegate"]
+_KINDS = ["complete", "ask", "auth", "reject", "fail", "reply", "delegate", "declined"]
 _steps = st.lists(
     st.one_of(
         st.tuples(st.just("send"), st.integers(0, 6), st.sampled_from(["alice", "bob", None])),
@@ -212,8 +212,14 @@ class Driver:
             self.relays = []
             task.take_answer(1, DelegationResult(target="b", remote_task_id="r", state="x"))
             self.accepted.add(f"t1:answer-of:{task.turns}:1")
-        task.apply(TurnOutcome(kind=kind, message=({"text": f"answer {kind}"},)))  # type: ignore[arg-type]
+        before = task.before_turn
+        gated = ("gate",) if kind == "declined" else ()
+        task.apply(TurnOutcome(kind=kind, message=({"text": f"answer {kind}"},), declined=gated))  # type: ignore[arg-type]
         task.end_turn(taken)
+        if kind == "declined":  # a declined turn leaves the task as it was, and says so
+            assert task.state == before
+            assert task.status["metadata"]["harness.declined"]["plugins"] == ["gate"]
+            assert task.settled() or task.busy()
         if task.ended():
             task.close()
 
@@ -285,6 +291,38 @@ def test_any_sequence_keeps_the_invariants(steps: list[tuple[str, Any, Any]]) ->
         else:
             driver.relay(a)
         driver.check_invariants()
+
+
+def test_a_declined_turn_leaves_the_task_as_it_was_and_says_why() -> None:
+    task = new_task(idle_seconds=60)
+    _, taken, _ = task.begin_turn()
+    assert task.state == "TASK_STATE_WORKING"
+    task.apply(TurnOutcome(kind="declined", declined=("notes",)))
+    task.end_turn(taken)
+    assert task.state == "TASK_STATE_SUBMITTED"
+    why = {"harness.declined": {"turn": 1, "plugins": ["notes"]}}
+    assert task.status["metadata"] == why
+    # No message, no reply; the status event carries the reason as the event's metadata.
+    assert [m["messageId"] for m in task.history] == ["m0"]
+    last = task.events[-1].body
+    assert last["status"]["state"] == "TASK_STATE_SUBMITTED" and last["metadata"] == why
+    assert "metadata" not in last["status"]
+    # A blocking sender has its answer; the task waits for input and may expire.
+    assert task.settled() and task.answered(1)
+    assert task.idle_seconds() == 60
+    # The next message's turn answers, and the reason goes with the state it replaced.
+    task.accept(inbound("m1", text="again"))
+    _, taken, _ = task.begin_turn()
+    task.apply(TurnOutcome(kind="ask", message=({"text": "and?"},)))
+    task.end_turn(taken)
+    assert task.state == "TASK_STATE_INPUT_REQUIRED" and "metadata" not in task.status
+    # Declined while waiting for input: it still waits for input.
+    task.accept(inbound("m2", text="hush"))
+    _, taken, _ = task.begin_turn()
+    task.apply(TurnOutcome(kind="declined", declined=("notes",)))
+    task.end_turn(taken)
+    assert task.state == "TASK_STATE_INPUT_REQUIRED"
+    assert task.status["metadata"]["harness.declined"]["turn"] == 3
 
 
 def test_another_agents_progress_is_shown_once_however_often_it_is_relayed() -> None:
