@@ -274,6 +274,7 @@ class Harness:
                         store.close()
                         raise
                     pace = TurnPace()
+                    self._open_workspace(store)
                     credential = self._credential()
                     pusher = PushActivities(
                         self.agent_id,
@@ -360,6 +361,14 @@ class Harness:
             if self.state is not AgentState.FAILED:
                 self.state = AgentState.STOPPED
             done.set()
+
+    def _open_workspace(self, store: TaskStore) -> None:
+        """The LLM agent's task workspaces: a plugin's backing, else the agent's store."""
+        loop = self.model_loop
+        if loop is not None and loop.offers_workspace:
+            from harness_core.agents.workspace import StoreWorkspace, Workspace
+
+            loop.workspace = Workspace(self.plugins.workspace() or StoreWorkspace(store))
 
     def _modes(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """``[agent] input_modes``/``output_modes``, else the agent's own ``input_modes`` and

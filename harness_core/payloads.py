@@ -465,6 +465,8 @@ class ToolCallOutput:
 
     text: str
     failed: bool = False
+    #: Artifacts the tool returns with the turn's answer (a workspace file it attached).
+    artifacts: tuple[ProtoJSON, ...] = ()
 
 
 @attrs.frozen

@@ -96,6 +96,7 @@ def model_loop_from_config(
             system=model.system,
             tools=model.tools,
             plugins=plugins,
+            workspace=model.workspace,
         )
     except ImportError as exc:
         # Our own modules' ImportError says how to install the extra already; say it once.

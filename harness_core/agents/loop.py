@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model as PaiModel
 
     from harness_core.agents.tools import LoadedTool
+    from harness_core.agents.workspace import Workspace
     from harness_core.plugins.runtime import AgentPlugins
 
 __all__ = ["ModelLoop"]
@@ -62,6 +63,7 @@ class ModelLoop:
         system: str | None,
         tools: Sequence[str] = (),
         plugins: AgentPlugins | None = None,
+        workspace: bool = False,
     ) -> None:
         from harness_core.agents import llm
         from harness_core.agents.tools import InvalidToolError, describe_tool, load_tool
@@ -97,6 +99,21 @@ class ModelLoop:
                     f"{clash.spec!r} (model.tools); rename one (@tool(name=...))"
                 )
             self._tools[described.name] = described
+        # The task's file workspace (agents/workspace.py): offered when configured or when a
+        # plugin supplies its backing; its Workspace is set while the agent runs.
+        self.offers_workspace = workspace or (
+            plugins is not None and plugins.workspace() is not None
+        )
+        if self.offers_workspace:
+            from harness_core.agents.workspace import WORKSPACE_TOOLS
+
+            for name in WORKSPACE_TOOLS:
+                if name in self._tools:
+                    raise PluginToolError(
+                        f"the tool {self._tools[name].spec!r} is named {name!r}, a workspace "
+                        "tool's name; rename it (@tool(name=...)) or turn the workspace off"
+                    )
+        self.workspace: Workspace | None = None
         #: The agents this one may ask, as (id, description) (set by its harness): each is
         #: offered to the model as a tool ``ask_<id>`` that delegates over A2A.
         self.delegates: Callable[[], list[tuple[str, str]]] = list
@@ -124,6 +141,13 @@ class ModelLoop:
                 ),
             )
         return tools
+
+    def _workspace_definitions(self) -> list[Any]:
+        if not self.offers_workspace:
+            return []
+        from harness_core.agents.workspace import workspace_tool_definitions
+
+        return workspace_tool_definitions()
 
     async def aclose(self) -> None:
         await self._llm.close_model(self._model)
@@ -164,6 +188,7 @@ class ModelLoop:
             else [
                 *(tool.definition for tool in self._tools.values()),
                 *(definition for _, definition in delegations.values()),
+                *self._workspace_definitions(),
             ]
         )
         try:
@@ -226,6 +251,8 @@ class ModelLoop:
 
         tool = self._tools.get(call.name)
         if tool is None:
+            if self.workspace is not None and call.name.startswith("workspace_"):
+                return await self.workspace.call(call.name, call.task_id, call.arguments)
             return ToolCallOutput(f"there is no tool named {call.name!r}", failed=True)
         # A plugin's tool finds its plugin's context (options, tables, the task) while it runs.
         token = (

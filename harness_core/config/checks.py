@@ -247,6 +247,7 @@ def _validate_model(model: ModelConfig, label: str) -> None:
         "system": model.system,
         "tools": model.tools or None,
         "agents": model.agents,
+        "workspace": model.workspace or None,
     }
     if not model.is_llm:
         for key, value in llm_only.items():

@@ -192,6 +192,9 @@ class ModelConfig:
     local_activity: bool = True  # a local activity skips a task-queue round trip per turn
     turn_timeout: float = 60.0  # seconds one attempt of a turn (or a model request) may take
     max_steps: int = 20  # openai/anthropic: model requests per turn before it must answer
+    # openai/anthropic/test: the model gets a file workspace per task (workspace_* tools); on
+    # also when a plugin supplies a workspace backing.
+    workspace: bool = False
     turn_budget: float = 600.0  # openai/anthropic: seconds of wall clock per turn
 
     @property

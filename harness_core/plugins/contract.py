@@ -10,6 +10,7 @@ new optional fields (a field is never removed or re-typed without a new contract
 - ``gate``: asked before each turn whether the agent takes it (:data:`Gate`);
 - ``on_displaced``: told which messages a compaction folds away (:data:`DisplacedListener`);
 - ``store``: tables of its own in the agent's store (:class:`PluginStore`);
+- ``workspace``: where the tasks' file workspaces are kept (at most one plugin per agent);
 - ``secrets``: the environment variables it needs; the agent does not start without them.
 
 Plugin code runs in activities only (tools, gates, listeners), never in workflow code, so it may do
@@ -30,6 +31,7 @@ from harness_core.errors import HarnessError
 
 if TYPE_CHECKING:
     from harness_core.agents.turn import TurnMessage
+    from harness_core.agents.workspace import WorkspaceBacking
     from harness_core.plugins.tables import PluginDb, PluginTables
 
 __all__ = [
@@ -93,6 +95,9 @@ class Plugin:
     on_displaced: DisplacedListener | None = None
     store: PluginStore | None = None
     secrets: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: Where the tasks' workspaces are kept, instead of the agent's store (at most one plugin
+    #: of an agent supplies one); a ``harness_core.agents.workspace.WorkspaceBacking``.
+    workspace: WorkspaceBacking | None = None
 
 
 class PluginError(HarnessError):

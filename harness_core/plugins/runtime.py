@@ -40,6 +40,7 @@ from harness_core.plugins.tables import (
 
 if TYPE_CHECKING:
     from harness_core.agents.turn import TurnMessage
+    from harness_core.agents.workspace import WorkspaceBacking
     from harness_core.config import Settings
     from harness_core.store import TaskStore
 
@@ -137,6 +138,13 @@ class AgentPlugins:
     def tools(self) -> list[tuple[str, Callable[..., Awaitable[Any]]]]:
         """(plugin key, async function) for every plugin tool, in load order."""
         return [(item.plugin.key, tool) for item in self._loaded for tool in item.plugin.tools]
+
+    def workspace(self) -> WorkspaceBacking | None:
+        """The workspace backing a plugin supplies (at most one does), or None."""
+        return next(
+            (item.plugin.workspace for item in self._loaded if item.plugin.workspace is not None),
+            None,
+        )
 
     def capabilities(self) -> str:
         """The plugins' capability texts, joined by blank lines ("" when there are none)."""
@@ -251,6 +259,7 @@ def load_plugins(settings: Settings, code: Sequence[Plugin] = ()) -> AgentPlugin
 def _check(loaded: Sequence[Loaded], settings: Settings, label: str) -> None:
     seen: dict[str, Loaded] = {}
     tools: dict[str, str] = {}
+    backing: str | None = None
     for item in loaded:
         plugin = item.plugin
         where = f"plugin {plugin.key!r} ({item.origin})"
@@ -270,6 +279,18 @@ def _check(loaded: Sequence[Loaded], settings: Settings, label: str) -> None:
                 f"{plugin.contract_version!r}; this runtime speaks version "
                 f"{PLUGIN_CONTRACT_VERSION}"
             )
+        if plugin.workspace is not None:
+            if backing is not None:
+                raise ConfigError(
+                    f"{label}: {backing} and {where} both supply a workspace backing; at most "
+                    "one plugin of an agent may"
+                )
+            if not settings.model.is_llm:
+                raise ConfigError(
+                    f"{label}: {where} supplies a workspace backing, which only the built-in "
+                    f'LLM agent uses (model.kind is "{settings.model.kind}")'
+                )
+            backing = where
         for name in plugin.secrets:
             if _ENV_NAME.fullmatch(name) is None:
                 raise ConfigError(

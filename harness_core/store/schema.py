@@ -4,7 +4,8 @@
 archived history, at absolute positions; ``task_participants`` who may see a task; ``task_index``
 the listing index, one row per task (running, ended, or a tombstone after the retention sweep);
 ``push_configs`` and ``push_tokens`` webhooks; ``remote_tasks`` the other agents' tasks
-the delegations started; ``meta`` the agent's own keys (the last heartbeat).
+the delegations started; ``workspace_files`` the tasks' workspaces (``agents/workspace.py``);
+``meta`` the agent's own keys (the last heartbeat).
 """
 
 from __future__ import annotations
@@ -75,6 +76,14 @@ CREATE TABLE IF NOT EXISTS push_configs (
     PRIMARY KEY (task_id, config_id)
 );
 CREATE INDEX IF NOT EXISTS task_index_context ON task_index (context_id, status_at, task_id);
+CREATE TABLE IF NOT EXISTS workspace_files (
+    task_id TEXT NOT NULL,
+    path TEXT NOT NULL,
+    content TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (task_id, path)
+);
 """
 # PRAGMA user_version: 1 added task_participants; 2 split records into messages and events; 3 added
 # the listing index (filled from the ended tasks' records).

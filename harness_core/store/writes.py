@@ -282,6 +282,7 @@ class TaskStore(TaskStoreReads, PushConfigStore):
                 "task_events",
                 "task_participants",
                 "push_configs",
+                "workspace_files",
             ):
                 self._db.executemany(f"DELETE FROM {table} WHERE task_id = ?", rows)
             # The task's delegations (stand-ins are named <task id>:delegate:...).
@@ -299,6 +300,40 @@ class TaskStore(TaskStoreReads, PushConfigStore):
                 (now_micros() - TOMBSTONE_SECONDS * 1_000_000,),
             )
         return ids
+
+    # -- workspaces (``harness_core.agents.workspace``) ----------------------------------------------
+
+    def workspace_read(self, task_id: str, path: str) -> str | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT content FROM workspace_files WHERE task_id = ? AND path = ?",
+                (task_id, path),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def workspace_write(self, task_id: str, path: str, content: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO workspace_files (task_id, path, content, size, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id, path) DO UPDATE SET "
+                "content = excluded.content, size = excluded.size, updated_at = excluded.updated_at",
+                (task_id, path, content, len(content.encode()), now_micros()),
+            )
+
+    def workspace_delete(self, task_id: str, path: str) -> bool:
+        with self._lock:
+            cursor = self._db.execute(
+                "DELETE FROM workspace_files WHERE task_id = ? AND path = ?", (task_id, path)
+            )
+        return cursor.rowcount > 0
+
+    def workspace_list(self, task_id: str) -> list[tuple[str, int]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT path, size FROM workspace_files WHERE task_id = ? ORDER BY path",
+                (task_id,),
+            ).fetchall()
+        return [(str(path), int(size)) for path, size in rows]
 
     def set_meta(self, key: str, value: str) -> None:
         with self._lock:

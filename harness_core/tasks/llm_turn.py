@@ -73,6 +73,8 @@ class LlmTurn:
         """The model loop: request, call the tools it asks for, until it answers or the budget ends."""
         exchange: list[Any] = []
         emitted: list[tuple[str, ProtoJSON]] = []
+        # Artifacts the turn's tools return with the answer (workspace files attached).
+        attached: dict[str, ProtoJSON] = {}
         started = workflow.now()
         budget = timedelta(seconds=start.turn_seconds)
         step = 0
@@ -108,6 +110,7 @@ class LlmTurn:
                     kind="complete",
                     message=answer.message or text_message(answer.text),
                     emitted=tuple(emitted),
+                    artifacts=tuple(attached.values()),
                 )
             results: list[Any] = []
             for spec in answer.tool_calls:
@@ -117,6 +120,8 @@ class LlmTurn:
                     output = await self._tool(start, spec, local)
                 if output is None:
                     return None
+                for artifact in output.artifacts:
+                    attached[str(artifact.get("artifactId", ""))] = artifact
                 results.append(
                     {
                         "tool_call_id": spec.call_id,

@@ -351,3 +351,23 @@ async def test_every_listener_hears_a_compaction_even_when_one_fails(
         for r in caplog.records
     ] == [True]
     assert not load_plugins(settings(tmp_path), [Plugin(key="deaf")]).listens
+
+
+def test_two_workspace_backings_are_refused_naming_both(tmp_path: Path):
+    from tests.unit.test_workspace import MemoryBacking
+
+    llm = settings(tmp_path, model={"kind": "test"})
+    one, two = MemoryBacking(), MemoryBacking()
+    loaded = load_plugins(llm, [Plugin(key="one", workspace=one)])
+    assert loaded.workspace() is one
+    with pytest.raises(ConfigError) as caught:
+        load_plugins(llm, [Plugin(key="one", workspace=one), Plugin(key="two", workspace=two)])
+    assert str(caught.value) == (
+        "<settings>: plugin 'one' (Harness(plugins=[...]) item 0) and plugin 'two' "
+        "(Harness(plugins=[...]) item 1) both supply a workspace backing; at most one plugin of "
+        "an agent may"
+    )
+    with pytest.raises(ConfigError, match="workspace backing, which only the built-in LLM agent"):
+        load_plugins(settings(tmp_path), [Plugin(key="one", workspace=one)])
+    with pytest.raises(ConfigError, match="'model.workspace' is only used when model.kind"):
+        settings(tmp_path, model={"workspace": True})
