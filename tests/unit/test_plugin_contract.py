@@ -55,7 +55,7 @@ def settings(tmp_path: Path, **sections: Any):
 def test_plugins_load_from_the_file_and_from_code_in_that_order(tmp_path: Path):
     s = settings(
         tmp_path,
-        agent={"plugins": ["tests.unit.test_plugins:make_audit"]},
+        agent={"plugins": ["tests.unit.test_plugin_contract:make_audit"]},
         plugins={"audit": {"level": 2}},
     )
     loaded = load_plugins(s, [Plugin(key="notes")])
@@ -66,12 +66,12 @@ def test_plugins_load_from_the_file_and_from_code_in_that_order(tmp_path: Path):
 
 
 def test_a_key_used_twice_is_refused_naming_both(tmp_path: Path):
-    s = settings(tmp_path, agent={"plugins": ["tests.unit.test_plugins:AUDIT"]})
+    s = settings(tmp_path, agent={"plugins": ["tests.unit.test_plugin_contract:AUDIT"]})
     with pytest.raises(ConfigError) as caught:
         load_plugins(s, [OTHER_AUDIT])
     message = str(caught.value)
     assert "plugin key 'audit' is used twice" in message
-    assert "agent.plugins[0] = 'tests.unit.test_plugins:AUDIT'" in message
+    assert "agent.plugins[0] = 'tests.unit.test_plugin_contract:AUDIT'" in message
     assert "Harness(plugins=[...]) item 0" in message
 
 
@@ -85,7 +85,7 @@ def test_a_plugin_of_another_contract_version_is_refused(tmp_path: Path):
 
 
 def test_a_factory_that_does_not_make_a_plugin_is_refused(tmp_path: Path):
-    s = settings(tmp_path, agent={"plugins": ["tests.unit.test_plugins:make_nothing"]})
+    s = settings(tmp_path, agent={"plugins": ["tests.unit.test_plugin_contract:make_nothing"]})
     with pytest.raises(ConfigError, match=r"agent.plugins\[0\].*is a dict, not a"):
         load_plugins(s)
 
@@ -354,7 +354,7 @@ async def test_every_listener_hears_a_compaction_even_when_one_fails(
 
 
 def test_two_workspace_backings_are_refused_naming_both(tmp_path: Path):
-    from tests.unit.test_workspace import MemoryBacking
+    from tests.unit.test_workspace_caps import MemoryBacking
 
     llm = settings(tmp_path, model={"kind": "test"})
     one, two = MemoryBacking(), MemoryBacking()
