@@ -82,6 +82,9 @@ def _verdict(prefix: str, action: int, arg1: str | None, arg2: str | None) -> in
         for name in names:
             if not name or name.startswith(prefix) or name.lower() in _SCHEMA_TABLES:
                 continue
+            # The index SQLite makes for a primary key or a unique constraint of its table.
+            if name.startswith(f"sqlite_autoindex_{prefix}"):
+                continue
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -16,9 +17,12 @@ import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from a2a.types import TaskState
+from google.protobuf.json_format import MessageToDict
 
 from harness_core import Harness, settings_from_mapping
 from tests.conftest import a2a_client, free_port, serving, user_message
@@ -211,3 +215,40 @@ async def test_the_tutorials_agents_answer_as_the_tutorial_says(tmp_path, tempor
     edited_text = edited.status.message.parts[0].text
     assert edited_text.startswith("Edited: Here is a note on durable agents.")
     assert "# durable agents" in edited_text
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the served process runs its own
+async def test_the_plugin_example_keeps_its_journal_across_a_restart(tmp_path, temporal_address):
+    """examples/plugin: `harness serve scribe.toml` run in its directory, as its README says: the
+    journal plugin's tools write its own table, its gate keeps the scribe silent for a message to
+    another, and the entries are there after the process is stopped and served again."""
+    directory = copy_example(tmp_path, temporal_address, free_port(), "plugin")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    answers: list[Any] = []
+    for message in ("hello", "hello again"):
+        process = _serve_tutorial(directory, port, "scribe.toml")
+        try:
+            _wait_until_serving(process, directory / "serve.log", url)
+            async with a2a_client(url, streaming=False) as client:
+                answers.append(await send_blocking(client, user_message(message)))
+                if message == "hello":
+                    answers.append(await send_blocking(client, user_message("@mia lunch?")))
+        finally:
+            process.send_signal(signal.SIGTERM)
+            code = process.wait(timeout=60)
+        log = (directory / "serve.log").read_text()
+        assert code == 0, log
+        assert "Traceback" not in log
+    first, silent, second = answers
+    assert first.status.state == TaskState.TASK_STATE_COMPLETED
+    assert "1 entries" in first.status.message.parts[0].text
+    assert silent.status.state == TaskState.TASK_STATE_SUBMITTED
+    assert MessageToDict(silent.metadata)["harness.declined"]["plugins"] == ["journal"]
+    # Served again: the table kept the first entry, and the second joined it.
+    assert "2 entries" in second.status.message.parts[0].text
+    with sqlite3.connect(directory / ".harness" / "scribe.sqlite3") as db:
+        assert db.execute("SELECT count(*) FROM journal_entries").fetchone() == (2,)
+        assert db.execute("SELECT plugin, version FROM plugin_migrations").fetchall() == [
+            ("journal", 2)
+        ]

@@ -131,6 +131,20 @@ CASES = [
         '[model]\nlocal_activity = "yes"\n',
         "'model.local_activity' must be true or false, got string",
     ),
+    (
+        '[agent]\nplugins = ["journal"]\n',
+        "'agent.plugins[0]' is 'journal': must be \"package.module:name\", "
+        'e.g. "my_pkg.tools:lookup_order"',
+    ),
+    (
+        '[plugins]\njournal = "x"\n',
+        "'plugins.journal' must be a table ([plugins.journal]) of the plugin's options, got string",
+    ),
+    (
+        "[model]\nworkspace = true\n",
+        '\'model.workspace\' is only used when model.kind is "openai", "anthropic" or '
+        '"test" (kind is "echo")',
+    ),
 ]
 
 
@@ -487,10 +501,73 @@ BUILT = [
 ]
 
 
+# mypkg/plug.py, the user's plugin module of the documented examples.
+PLUG = """
+from harness_core.plugins import Plugin
+
+JOURNAL = Plugin(key="journal")
+FUTURE = Plugin(key="future", contract_version=2)
+NOT_A_PLUGIN = {"key": "journal"}
+
+
+def make():
+    return Plugin(key="journal")
+
+
+def explode():
+    raise RuntimeError("plugin exploded")
+"""
+
+BUILT += [
+    (
+        '[agent]\nplugins = ["mypkg.plug:explode"]\n',
+        PLUG,
+        "harness: agent.toml: 'agent.plugins[0]' = 'mypkg.plug:explode' raised RuntimeError: "
+        "plugin exploded",
+    ),
+    (
+        '[agent]\nplugins = ["mypkg.plug:NOT_A_PLUGIN"]\n',
+        PLUG,
+        "harness: agent.toml: 'agent.plugins[0]' = 'mypkg.plug:NOT_A_PLUGIN' is a dict, not a "
+        "harness_core.plugins.Plugin (or a function that returns one)",
+    ),
+    (
+        '[agent]\nplugins = ["mypkg.plug:make", "mypkg.plug:JOURNAL"]\n',
+        PLUG,
+        "harness: agent.toml: plugin key 'journal' is used twice: by agent.plugins[0] = "
+        "'mypkg.plug:make' and by agent.plugins[1] = 'mypkg.plug:JOURNAL'",
+    ),
+    (
+        '[agent]\nplugins = ["mypkg.plug:FUTURE"]\n',
+        PLUG,
+        "harness: agent.toml: plugin 'future' (agent.plugins[0] = 'mypkg.plug:FUTURE') was "
+        "written for plugin contract version 2; this runtime speaks version 1",
+    ),
+    (
+        '[agent]\nplugins = ["mypkg.plug:make"]\n[plugins.jounral]\nx = 1\n',
+        PLUG,
+        "harness: agent.toml: [plugins.jounral] holds options for a plugin 'jounral', which is "
+        "not loaded (loaded: 'journal'; agent.plugins names them)",
+    ),
+]
+
+
 @pytest.mark.parametrize(
     ("text", "module", "line"),
     BUILT,
-    ids=["no mypkg", "factory raises", "factory not async", "no nosuch", "tool", "api key"],
+    ids=[
+        "no mypkg",
+        "factory raises",
+        "factory not async",
+        "no nosuch",
+        "tool",
+        "api key",
+        "plugin raises",
+        "not a plugin",
+        "plugin key twice",
+        "contract version",
+        "options of no plugin",
+    ],
 )
 def test_what_check_builds_fails_as_documented(
     tmp_path: Path,
@@ -505,7 +582,7 @@ def test_what_check_builds_fails_as_documented(
     if module is not None:
         (tmp_path / "mypkg").mkdir()
         (tmp_path / "mypkg" / "__init__.py").write_text("")
-        (tmp_path / "mypkg" / "agent.py").write_text(module)
+        (tmp_path / "mypkg" / ("plug.py" if module is PLUG else "agent.py")).write_text(module)
     assert harness("check", "agent.toml") == documented(line)
 
 

@@ -191,6 +191,8 @@ def test_tables_are_set_up_at_every_start_and_the_version_recorded_when_it_chang
         (
             "CREATE TABLE IF NOT EXISTS notes_items (id INTEGER PRIMARY KEY, text TEXT)",
             "CREATE INDEX IF NOT EXISTS notes_by_text ON notes_items (text)",
+            # A composite key and a unique column: SQLite's own indexes for them.
+            "CREATE TABLE IF NOT EXISTS notes_tags (a TEXT, b TEXT UNIQUE, PRIMARY KEY (a, b))",
         )
     )
     plugin_v2 = Plugin(key="notes", store=PluginStore(version=2, ensure_tables=upgraded))
