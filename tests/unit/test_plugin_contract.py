@@ -371,5 +371,5 @@ def test_two_workspace_backings_are_refused_naming_both(tmp_path: Path):
     )
     with pytest.raises(ConfigError, match="workspace backing, which only the built-in LLM agent"):
         load_plugins(settings(tmp_path), [Plugin(key="one", workspace=one)])
-    with pytest.raises(ConfigError, match="'model.workspace' is only used when model.kind"):
+    with pytest.raises(ConfigError, match=r"'model\.workspace' is only used when model\.kind"):
         settings(tmp_path, model={"workspace": True})
