@@ -285,6 +285,10 @@ class Harness:
                         credential=credential,
                     )
                     try:
+                        if self.model_loop is not None:
+                            # The MCP servers' tools, on the loop that will call them (their
+                            # sessions are closed with the model loop, below).
+                            await connection.bridge.call(self.model_loop.start_mcp)
                         activities = AgentActivities(
                             self.agent_id,
                             self.agent,
@@ -540,4 +544,8 @@ def _secret_values(settings: Settings, plugins: AgentPlugins) -> list[str]:
             value = os.environ.get(header.split("=", 1)[1], "")
             if value:
                 values.append(value)
+    for server in settings.mcp:
+        # What an MCP server is given: its headers' values and the variables passed to it.
+        names = [*(h.split("=", 1)[1] for h in server.headers), *server.env]
+        values.extend(v for v in (os.environ.get(n, "").strip() for n in names) if v)
     return values

@@ -79,6 +79,15 @@ def agent_from_config(settings: Settings) -> Agent | None:
     return None
 
 
+def _mcp_tools(settings: Settings) -> Any:
+    """The ``[[mcp]]`` servers (None without any; they need the mcp extra only then)."""
+    if not settings.mcp:
+        return None
+    from harness_core.agents.mcp import McpTools
+
+    return McpTools(settings.mcp, settings.base_dir, settings.label)
+
+
 def model_loop_from_config(
     settings: Settings, plugins: AgentPlugins | None = None
 ) -> ModelLoop | None:
@@ -97,6 +106,7 @@ def model_loop_from_config(
             tools=model.tools,
             plugins=plugins,
             workspace=model.workspace,
+            mcp=_mcp_tools(settings),
         )
     except ImportError as exc:
         # Our own modules' ImportError says how to install the extra already; say it once.

@@ -34,6 +34,7 @@ from harness_core.payloads import (
 if TYPE_CHECKING:
     from pydantic_ai.models import Model as PaiModel
 
+    from harness_core.agents.mcp import McpTools
     from harness_core.agents.tools import LoadedTool
     from harness_core.agents.workspace import Workspace
     from harness_core.plugins.runtime import AgentPlugins
@@ -64,6 +65,7 @@ class ModelLoop:
         tools: Sequence[str] = (),
         plugins: AgentPlugins | None = None,
         workspace: bool = False,
+        mcp: McpTools | None = None,
     ) -> None:
         from harness_core.agents import llm
         from harness_core.agents.tools import InvalidToolError, describe_tool, load_tool
@@ -114,6 +116,8 @@ class ModelLoop:
                         "tool's name; rename it (@tool(name=...)) or turn the workspace off"
                     )
         self.workspace: Workspace | None = None
+        # [[mcp]] servers' tools: listed when the agent starts (start_mcp), on the Temporal loop.
+        self._mcp = mcp
         #: The agents this one may ask, as (id, description) (set by its harness): each is
         #: offered to the model as a tool ``ask_<id>`` that delegates over A2A.
         self.delegates: Callable[[], list[tuple[str, str]]] = list
@@ -149,8 +153,26 @@ class ModelLoop:
 
         return workspace_tool_definitions()
 
+    async def start_mcp(self) -> None:
+        """List the ``[[mcp]]`` servers' tools (a required server that cannot be reached raises
+        ``ConfigError``). Runs on the Temporal loop, which owns the servers' sessions."""
+        if self._mcp:
+            self._mcp.reserve({*self._tools, *self._delegation_tools(), *self._workspace_names()})
+            await self._mcp.start()
+
+    def _workspace_names(self) -> list[str]:
+        if not self.offers_workspace:
+            return []
+        from harness_core.agents.workspace import WORKSPACE_TOOLS
+
+        return list(WORKSPACE_TOOLS)
+
     async def aclose(self) -> None:
-        await self._llm.close_model(self._model)
+        try:
+            if self._mcp:
+                await self._mcp.aclose()
+        finally:
+            await self._llm.close_model(self._model)
 
     async def step(
         self,
@@ -182,6 +204,9 @@ class ModelLoop:
             else:
                 messages.extend(llm.load_messages([item]))
         delegations = self._delegation_tools()
+        if self._mcp:
+            await self._mcp.refresh()
+        mcp_tools = {t.name: t for t in self._mcp.tools()} if self._mcp else {}
         tools = (
             []
             if step.final
@@ -189,6 +214,7 @@ class ModelLoop:
                 *(tool.definition for tool in self._tools.values()),
                 *(definition for _, definition in delegations.values()),
                 *self._workspace_definitions(),
+                *(t.definition() for t in mcp_tools.values()),
             ]
         )
         try:
@@ -220,6 +246,7 @@ class ModelLoop:
         for call in calls:
             tool = self._tools.get(call.name)
             target = delegations.get(call.name)
+            remote = mcp_tools.get(call.name)
             # Each call the model asks for is a WORKING update (its name, not its arguments,
             # which may hold what the user said): streams and GetTask show the agent at work.
             doing = (
@@ -234,8 +261,20 @@ class ModelLoop:
                     call_id=call.tool_call_id,
                     name=call.name,
                     arguments=call.args_json,
-                    idempotent=tool.idempotent if tool is not None else True,
-                    timeout=tool.timeout if tool is not None else 60.0,
+                    idempotent=(
+                        tool.idempotent
+                        if tool is not None
+                        else remote.idempotent
+                        if remote is not None
+                        else True
+                    ),
+                    timeout=(
+                        tool.timeout
+                        if tool is not None
+                        else remote.timeout
+                        if remote is not None
+                        else 60.0
+                    ),
                 )
             )
         return ModelStep(
@@ -253,6 +292,9 @@ class ModelLoop:
         if tool is None:
             if self.workspace is not None and call.name.startswith("workspace_"):
                 return await self.workspace.call(call.name, call.task_id, call.arguments)
+            remote = self._mcp.get(call.name) if self._mcp else None
+            if remote is not None and self._mcp is not None:
+                return await self._mcp.call(remote, call.arguments)
             return ToolCallOutput(f"there is no tool named {call.name!r}", failed=True)
         # A plugin's tool finds its plugin's context (options, tables, the task) while it runs.
         token = (

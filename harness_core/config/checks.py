@@ -170,6 +170,8 @@ def validate(settings: Settings, label: str) -> None:
                     'must be "Header-Name=ENV_VAR" (the value comes from the variable)',
                 )
 
+    _validate_mcp(settings, label)
+
     for key in ("allow_hosts", "agent_hosts"):
         for index, host in enumerate(getattr(settings.push, key)):
             if not re.fullmatch(r"[A-Za-z0-9.:/\-\[\]]{1,253}", host):
@@ -296,6 +298,55 @@ def _validate_model(model: ModelConfig, label: str) -> None:
         raise bad_value(label, "model.max_steps", model.max_steps, "must be at least 1")
     if model.turn_budget <= 0:
         raise bad_duration(label, "model.turn_budget", model.turn_budget, "be more than 0")
+
+
+def _validate_mcp(settings: Settings, label: str) -> None:
+    servers = settings.mcp
+    if servers and not settings.model.is_llm:
+        raise ConfigError(
+            f"{label}: [[mcp]] servers are tools of the built-in LLM agent; model.kind is "
+            f'"{settings.model.kind}" (use "openai", "anthropic" or "test")'
+        )
+    for index, server in enumerate(servers):
+        where = f"mcp[{index}]"
+        if re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,39}", server.id) is None:
+            raise bad_value(label, f"{where}.id", server.id, "must match [a-z0-9][a-z0-9_-]{0,39}")
+        if server.id in [s.id for s in servers[:index]]:
+            raise bad_value(label, f"{where}.id", server.id, "is used by another [[mcp]] server")
+        if (server.command is None) == (server.url is None):
+            raise ConfigError(
+                f"{label}: '{where}' needs exactly one of command (a program to run, stdio) and "
+                "url (streamable HTTP)"
+            )
+        if server.command is not None and not server.command.strip():
+            raise bad_value(label, f"{where}.command", server.command, "must not be blank")
+        if server.url is not None:
+            problem = url_problem(server.url.rstrip("/"))
+            if problem is not None:
+                raise bad_value(label, f"{where}.url", server.url, problem)
+            for key in ("args", "env"):
+                if getattr(server, key):
+                    raise ConfigError(f"{label}: '{where}.{key}' is only used with command (stdio)")
+            if server.cwd is not None:
+                raise ConfigError(f"{label}: '{where}.cwd' is only used with command (stdio)")
+        elif server.headers:
+            raise ConfigError(f"{label}: '{where}.headers' is only used with url (HTTP)")
+        for name in server.env:
+            _check_env_name(name, f"{where}.env", label)
+        for header in server.headers:
+            if not re.fullmatch(r"[A-Za-z0-9-]+=[A-Za-z_][A-Za-z0-9_]*", header):
+                raise bad_value(
+                    label,
+                    f"{where}.headers",
+                    header,
+                    'must be "Header-Name=ENV_VAR" (the value comes from the variable)',
+                )
+        if server.prefix and re.fullmatch(r"[A-Za-z0-9_]{1,20}", server.prefix) is None:
+            raise bad_value(
+                label, f"{where}.prefix", server.prefix, "must match [A-Za-z0-9_]{1,20}"
+            )
+        if server.timeout <= 0:
+            raise bad_duration(label, f"{where}.timeout", server.timeout, "be more than 0")
 
 
 def _check_env_name(name: str | None, key: str, label: str) -> None:

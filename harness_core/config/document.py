@@ -23,6 +23,7 @@ from harness_core.config.sections import (
     DelegationConfig,
     EmbeddedConfig,
     HeartbeatConfig,
+    McpServerConfig,
     ModelConfig,
     PushConfig,
     RemoteAgentConfig,
@@ -53,6 +54,7 @@ for _cls in (
     CardConfig,
     AuthConfig,
     RemoteAgentConfig,
+    McpServerConfig,
     Settings,
 ):
     # The TOML walk below reads field types, which `from __future__ import annotations` leaves

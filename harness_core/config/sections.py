@@ -19,6 +19,7 @@ __all__ = [
     "DelegationConfig",
     "EmbeddedConfig",
     "HeartbeatConfig",
+    "McpServerConfig",
     "ModelConfig",
     "PushConfig",
     "RemoteAgentConfig",
@@ -126,6 +127,24 @@ class RemoteAgentConfig:
     updates: Literal["stream", "push", "follow"] = "stream"
     # Headers to send, by name; each value is the NAME of an environment variable holding it.
     headers: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class McpServerConfig:
+    """``[[mcp]]``: an MCP server whose tools the built-in LLM agent may call."""
+
+    id: str  # names the server in logs and errors
+    command: str | None = None  # stdio: the program to run (exactly one of command and url)
+    args: tuple[str, ...] = ()  # stdio: its arguments
+    cwd: Path | None = None  # stdio: its working directory; None means the file's directory
+    env: tuple[str, ...] = ()  # stdio: NAMES of environment variables it is given
+    url: str | None = None  # streamable HTTP: the server's URL
+    headers: tuple[str, ...] = ()  # HTTP: "Header-Name=ENV_VAR", the value from the variable
+    prefix: str = ""  # put before each tool's name, as the model sees it
+    idempotent: bool = True  # false: each call of its tools gets one attempt
+    not_idempotent: tuple[str, ...] = ()  # its tools (as it names them) that must not run twice
+    timeout: float = 60.0  # seconds one call may take
+    required: bool = True  # false: start without it if it cannot be reached, and ask again
 
 
 @attrs.frozen

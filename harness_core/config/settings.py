@@ -20,6 +20,7 @@ from harness_core.config.sections import (
     CardConfig,
     DelegationConfig,
     HeartbeatConfig,
+    McpServerConfig,
     ModelConfig,
     PushConfig,
     RemoteAgentConfig,
@@ -51,6 +52,7 @@ class Settings:
     card: CardConfig = attrs.field(factory=CardConfig)
     auth: AuthConfig = attrs.field(factory=AuthConfig)
     agents: tuple[RemoteAgentConfig, ...] = ()
+    mcp: tuple[McpServerConfig, ...] = ()
     #: ``[plugins.<key>]``: each plugin's options, by its key (what the plugin reads is its own).
     plugins: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict[str, Mapping[str, Any]])
     # Set by the loader, never read from TOML.

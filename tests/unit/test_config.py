@@ -208,7 +208,7 @@ def test_an_unknown_section_lists_the_allowed_sections(tmp_path: Path) -> None:
     message = error_for(tmp_path, "[servr]\nbind = 1\n")
 
     assert message.endswith(
-        "unknown section 'servr' (allowed: agent, temporal, server, store, heartbeat, model, retention, push, delegation, card, auth, agents, plugins)"
+        "unknown section 'servr' (allowed: agent, temporal, server, store, heartbeat, model, retention, push, delegation, card, auth, agents, mcp, plugins)"
     )
 
 

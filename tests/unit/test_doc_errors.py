@@ -41,7 +41,7 @@ CASES = [
     (
         '[agnt]\nid = "a"\n',
         "unknown section 'agnt' (allowed: agent, temporal, server, store, "
-        "heartbeat, model, retention, push, delegation, card, auth, agents, plugins)",
+        "heartbeat, model, retention, push, delegation, card, auth, agents, mcp, plugins)",
     ),
     ('agent = "a"\n', "'agent' must be a table ([agent]), got string"),
     (
@@ -130,6 +130,21 @@ CASES = [
     (
         '[model]\nlocal_activity = "yes"\n',
         "'model.local_activity' must be true or false, got string",
+    ),
+    (
+        '[model]\nkind = "test"\n[[mcp]]\nid = "files"\n',
+        "'mcp[0]' needs exactly one of command (a program to run, stdio) and url (streamable HTTP)",
+    ),
+    (
+        '[[mcp]]\nid = "files"\ncommand = "npx"\n',
+        '[[mcp]] servers are tools of the built-in LLM agent; model.kind is "echo" '
+        '(use "openai", "anthropic" or "test")',
+    ),
+    (
+        '[model]\nkind = "test"\n[[mcp]]\nid = "files"\nurl = "http://127.0.0.1:9/mcp"\n'
+        'headers = ["X-Token: abc"]\n',
+        "'mcp[0].headers' is 'X-Token: abc': must be \"Header-Name=ENV_VAR\" (the value comes "
+        "from the variable)",
     ),
     (
         '[agent]\nplugins = ["journal"]\n',
