@@ -15,7 +15,7 @@ import sqlite3
 import time
 import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Protocol, TypeVar
@@ -25,6 +25,7 @@ import attrs
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from harness_core.agents.compaction import Row, Transcript
 from harness_core.agents.context import ActivityTurnContext, outcome_of
 from harness_core.agents.parts import message_from_json
 from harness_core.agents.turn import Agent, TurnMessage
@@ -33,6 +34,7 @@ from harness_core.delegation.activities import DelegationActivities
 from harness_core.live import LiveHub
 from harness_core.payloads import (
     Archive,
+    CompactRequest,
     IndexEntry,
     ModelStep,
     ModelStepInput,
@@ -54,6 +56,7 @@ from harness_core.temporal.codec import PayloadStore
 from harness_core.temporal.names import (
     ARCHIVE,
     CHECKPOINT,
+    COMPACT,
     HEARTBEAT,
     MODEL_STEP,
     RUN_TURN,
@@ -82,12 +85,19 @@ class LlmLoop(Protocol):
 
     async def step(
         self,
-        history: tuple[TurnMessage, ...],
+        transcript: Transcript,
         step: ModelStepInput,
         ctx: ActivityTurnContext,
         *,
         stream: bool = True,
     ) -> ModelStep: ...
+
+    async def summarize(
+        self,
+        previous: str | None,
+        messages: Sequence[tuple[int, TurnMessage]],
+        exchanges: dict[int, list[Any]],
+    ) -> str: ...
 
     async def call_tool(self, call: ToolCallInput) -> ToolCallOutput: ...
 
@@ -156,7 +166,9 @@ class AgentActivities:
             log.error("%s", message)
             raise ApplicationError(message, type="WrongAgent", non_retryable=True)
 
-    async def _history(self, request: TurnRequest) -> tuple[TurnMessage, ...]:
+    async def _history(
+        self, request: TurnRequest, since: int | None = None
+    ) -> tuple[TurnMessage, ...]:
         """The turn's messages: the task's latest ``HISTORY_WINDOW``, content restored.
 
         First the listing index learns that the turn started: the request's messages and the
@@ -187,12 +199,12 @@ class AgentActivities:
                     store.put_messages(request.task_id, start, request.messages, request.senders)
             except sqlite3.OperationalError as error:
                 log.warning("task %s: the store refused its messages: %s", request.task_id, error)
-            first = max(0, end - HISTORY_WINDOW)
+            first = max(0, end - HISTORY_WINDOW) if since is None else min(since, end)
             earlier = store.messages_with_senders(request.task_id, first, start)
             rows = [*earlier, *inline[max(0, first - start) :]]
             return rows
 
-        if start == 0 and entry is None and not request.persist:
+        if start == 0 and entry is None and not request.persist and not since:
             return tuple(message_from_json(m, sender) for m, sender in inline)
         rows = await anyio.to_thread.run_sync(read)
         return tuple(message_from_json(m, sender) for m, sender in rows)
@@ -211,6 +223,27 @@ class AgentActivities:
             earlier=partial(self._context_history, request, history),
             on_progress=partial(self._note_progress, request.task_id),
         )
+
+    async def _transcript(self, request: TurnRequest) -> Transcript:
+        """The turn's messages for a model step: those since the task's last fold (its summary
+        with them), each earlier answer with its turn's tool calls and results."""
+        fold = await anyio.to_thread.run_sync(self.store.latest_fold, request.task_id)
+        since = fold[1] if fold is not None else None
+        history = await self._history(request, since=since)
+        end = request.archived + len(request.messages)
+        first = end - len(history)
+        exchanges = await anyio.to_thread.run_sync(
+            self.store.exchanges, request.task_id, first, end
+        )
+        new = set(request.new_ids)
+        rows = tuple(
+            Row(first + i, message, tuple(exchanges.get(first + i, ())))
+            for i, message in enumerate(history)
+        )
+        foldable = next(
+            (i for i, row in enumerate(rows) if row.message.message_id in new), len(rows)
+        )
+        return Transcript(rows, summary=fold[2] if fold else None, foldable=foldable)
 
     async def _gate(
         self, request: TurnRequest, history: tuple[TurnMessage, ...]
@@ -280,12 +313,13 @@ class AgentActivities:
         llm = self.llm
         if llm is None:
             raise ApplicationError("this agent has no model", non_retryable=True)
-        history = await self._history(step.turn)
+        transcript = await self._transcript(step.turn)
+        history = tuple(row.message for row in transcript.rows)
+        ctx = self._context(step.turn, history)
         if step.step == 1:
             declined = await self._gate(step.turn, history)
             if declined:
                 return ModelStep(text="", tool_calls=(), response=None, declined=declined)
-        ctx = self._context(step.turn, history)
         # The model's text streams in only when it can be watched: a regular activity (its
         # task's streams read it live), or a local one that a stream of this process follows.
         stream = not activity.info().is_local or self.live.listening(
@@ -293,14 +327,68 @@ class AgentActivities:
         )
         began = time.monotonic()
         try:
-            return _redacted(
-                await self._guarded(
-                    step.turn.task_id, lambda: llm.step(history, step, ctx, stream=stream)
-                )
+            answer = await self._guarded(
+                step.turn.task_id, lambda: llm.step(transcript, step, ctx, stream=stream)
             )
+            if step.exchange and answer.compact is None and (not answer.tool_calls or final):
+                # The turn's answer came with tool calls: later turns see them with it (at the
+                # answer's position), until they are folded away.
+                turn = step.turn
+                position = turn.archived + len(turn.messages)
+                kept: list[Any] = [*step.exchange, answer.response]
+                await anyio.to_thread.run_sync(
+                    self.store.put_exchange, turn.task_id, position, kept
+                )
+            return _redacted(answer)
         finally:
             self._paced(began)
             self.live.end(self.agent_id, step.turn.task_id)
+
+    @activity.defn(name=COMPACT)
+    async def compact(self, request: CompactRequest) -> int:
+        """Fold the task's messages ``first`` up to ``upto`` into a summary, once: the plugins'
+        listeners hear the exact slice first (once), then the summary is made (by a plugin's
+        ``summarize``, else the model) and stored; a retry finds what is done."""
+        self._check_agent(request.agent_id, "a compaction")
+        llm = self.llm
+        if llm is None:
+            raise ApplicationError("this agent has no model", non_retryable=True)
+        store = self.store
+        task_id = request.task_id
+        notified, summary = await anyio.to_thread.run_sync(store.fold_state, task_id, request.upto)
+        if summary is not None:
+            return request.upto
+        rows = await anyio.to_thread.run_sync(
+            store.messages_with_senders, task_id, request.first, request.upto
+        )
+        messages = tuple(message_from_json(m, sender) for m, sender in rows)
+        if not notified:
+            if self.plugins is not None:
+                await self.plugins.displaced(
+                    messages, task_id=task_id, context_id=request.context_id
+                )
+            await anyio.to_thread.run_sync(
+                store.fold_notified, task_id, request.first, request.upto
+            )
+        previous = await anyio.to_thread.run_sync(store.latest_fold, task_id)
+        exchanges = await anyio.to_thread.run_sync(
+            store.exchanges, task_id, request.first, request.upto
+        )
+        summarizer = self.plugins.summarizer() if self.plugins is not None else None
+        earlier = previous[2] if previous is not None else None
+        if summarizer is not None:
+            text = await summarizer(
+                earlier, messages, task_id=task_id, context_id=request.context_id
+            )
+        else:
+            positioned = [(request.first + i, m) for i, m in enumerate(messages)]
+            text = await self._guarded(
+                task_id, lambda: llm.summarize(earlier, positioned, exchanges)
+            )
+        await anyio.to_thread.run_sync(
+            store.fold_summary, task_id, request.first, request.upto, SECRETS.redact(text)
+        )
+        return request.upto
 
     @activity.defn(name=TOOL_CALL)
     async def tool_call(self, call: ToolCallInput) -> ToolCallOutput:
@@ -436,6 +524,7 @@ class AgentActivities:
             self.run_turn,
             self.model_step,
             self.tool_call,
+            self.compact,
             self.archive,
             self.checkpoint,
             self.store_record,

@@ -24,6 +24,7 @@ __all__ = [
     "SETTLED_STATES",
     "TERMINAL_STATES",
     "Archive",
+    "CompactRequest",
     "DelegationProgress",
     "DelegationRequest",
     "DelegationResult",
@@ -448,6 +449,20 @@ class ModelStep:
     emitted: tuple[tuple[str, ProtoJSON], ...] = ()
     #: Plugins' turn gates declined the turn (their keys); nothing was asked of the model.
     declined: tuple[str, ...] = ()
+    #: The request would pass the agent's context budget: fold the task's messages at positions
+    #: (first, upto) into a summary (``COMPACT``), then ask again. Nothing was asked of the model.
+    compact: tuple[int, int] | None = None
+
+
+@attrs.frozen
+class CompactRequest:
+    """Fold a task's messages at positions ``first`` up to ``upto`` into a summary."""
+
+    agent_id: str
+    task_id: str
+    context_id: str
+    first: int
+    upto: int
 
 
 @attrs.frozen

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from harness_core.agents.compaction import DEFAULT_CONTEXT_TOKENS
 from harness_core.agents.loop import ModelLoop
 from harness_core.agents.turn import Agent
 from harness_core.config import Settings
@@ -107,6 +108,7 @@ def model_loop_from_config(
             plugins=plugins,
             workspace=model.workspace,
             mcp=_mcp_tools(settings),
+            context_tokens=model.context_tokens or DEFAULT_CONTEXT_TOKENS,
         )
     except ImportError as exc:
         # Our own modules' ImportError says how to install the extra already; say it once.

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from harness_core.agents.compaction import DEFAULT_CONTEXT_TOKENS, Row, Transcript
 from harness_core.agents.context import ActivityTurnContext
 from harness_core.agents.turn import TurnMessage
 from harness_core.payloads import (
@@ -66,6 +67,7 @@ class ModelLoop:
         plugins: AgentPlugins | None = None,
         workspace: bool = False,
         mcp: McpTools | None = None,
+        context_tokens: int = DEFAULT_CONTEXT_TOKENS,
     ) -> None:
         from harness_core.agents import llm
         from harness_core.agents.tools import InvalidToolError, describe_tool, load_tool
@@ -118,6 +120,8 @@ class ModelLoop:
         self.workspace: Workspace | None = None
         # [[mcp]] servers' tools: listed when the agent starts (start_mcp), on the Temporal loop.
         self._mcp = mcp
+        #: The budget of one model request, in estimated tokens (agents/compaction.py).
+        self.context_tokens = context_tokens
         #: The agents this one may ask, as (id, description) (set by its harness): each is
         #: offered to the model as a tool ``ask_<id>`` that delegates over A2A.
         self.delegates: Callable[[], list[tuple[str, str]]] = list
@@ -174,19 +178,12 @@ class ModelLoop:
         finally:
             await self._llm.close_model(self._model)
 
-    async def step(
-        self,
-        history: tuple[TurnMessage, ...],
-        step: ModelStepInput,
-        ctx: ActivityTurnContext,
-        *,
-        stream: bool = True,
-    ) -> ModelStep:
+    def _exchange_messages(self, exchange: Sequence[Any]) -> list[Any]:
+        """A turn's exchange (model responses and tool results, as the workflow carries them) as
+        pydantic-ai messages."""
         llm = self._llm
-        # The context's earlier tasks with this sender first: what was said before this task.
-        earlier = await ctx.context_history(CONTEXT_MESSAGES)
-        messages = llm.to_model_messages((*earlier, *history), system=self._system)
-        for item in step.exchange:
+        messages: list[Any] = []
+        for item in exchange:
             if isinstance(item, dict) and "tool_results" in item:
                 results = cast("list[dict[str, Any]]", cast("dict[str, Any]", item)["tool_results"])
                 messages.append(
@@ -203,6 +200,74 @@ class ModelLoop:
                 )
             else:
                 messages.extend(llm.load_messages([item]))
+        return messages
+
+    def _rows_messages(self, rows: Sequence[Row], system: str | None) -> list[Any]:
+        """The task's messages as pydantic-ai messages: an earlier turn's answer that came with
+        tool calls is that turn's exchange (its tool calls, their results and the answer)."""
+        llm = self._llm
+        out: list[Any] = []
+        segment: list[TurnMessage] = []
+        for row in rows:
+            if row.exchange and row.message.role == "agent":
+                out.extend(llm.to_model_messages(segment, system=None if out else system))
+                segment = []
+                if not out and system:
+                    out.extend(llm.to_model_messages([], system=system))
+                out.extend(self._exchange_messages(row.exchange))
+            else:
+                segment.append(row.message)
+        out.extend(llm.to_model_messages(segment, system=None if out else system))
+        return out
+
+    async def step(
+        self,
+        transcript: Transcript,
+        step: ModelStepInput,
+        ctx: ActivityTurnContext,
+        *,
+        stream: bool = True,
+    ) -> ModelStep:
+        from harness_core.agents.compaction import choose_fold, estimate_tokens
+
+        llm = self._llm
+        system = self._system
+        if transcript.summary:
+            system = (
+                f"{system or ''}\n\nA summary of this conversation's earlier messages, which "
+                f"were folded away:\n{transcript.summary}"
+            ).strip()
+        # The context's earlier tasks with this sender first: what was said before this task.
+        earlier = list(await ctx.context_history(CONTEXT_MESSAGES))
+        rows = transcript.rows
+        current = self._exchange_messages(step.exchange)
+        messages = self._rows_messages([*(Row(-1, m) for m in earlier), *rows], system)
+        messages.extend(current)
+        budget = self.context_tokens
+        total = estimate_tokens(messages)
+        if total > budget:
+            costs = [estimate_tokens(self._rows_messages([row], None)) for row in rows]
+            fixed = total - sum(costs)
+            cut = choose_fold(costs, fixed, budget, transcript.foldable)
+            if cut:
+                upto = rows[cut - 1].position + 1
+                return ModelStep(
+                    text="", tool_calls=(), response=None, compact=(rows[0].position, upto)
+                )
+            # Nothing of the task's own left to fold: the context's earlier tasks go first.
+            while earlier and total > budget:
+                earlier.pop(0)
+                messages = self._rows_messages([*(Row(-1, m) for m in earlier), *rows], system)
+                messages.extend(current)
+                total = estimate_tokens(messages)
+            if total > budget:
+                log.warning(
+                    "task %s: the model request is ~%d tokens, over the context budget of %d, "
+                    "with nothing left to fold (the turn's own messages and tool results)",
+                    ctx.task_id,
+                    total,
+                    budget,
+                )
         delegations = self._delegation_tools()
         if self._mcp:
             await self._mcp.refresh()
@@ -283,6 +348,39 @@ class ModelLoop:
             response=llm.dump_messages([response])[0],
             emitted=tuple(ctx.emitted),
         )
+
+    async def summarize(
+        self,
+        previous: str | None,
+        messages: Sequence[tuple[int, TurnMessage]],
+        exchanges: dict[int, list[Any]],
+    ) -> str:
+        """A summary of ``messages`` (and of the summary before them), made by the model."""
+        from pydantic_ai import messages as pai
+
+        from harness_core.agents.compaction import SUMMARY_INSTRUCTIONS, transcript
+
+        llm = self._llm
+        request = [
+            pai.ModelRequest(
+                parts=[
+                    pai.SystemPromptPart(SUMMARY_INSTRUCTIONS),
+                    pai.UserPromptPart(transcript(previous, messages, exchanges)),
+                ]
+            )
+        ]
+        try:
+            response = await llm.request(self._model, request, [], on_text_delta=None, stream=False)
+        except llm.ModelCallError as error:
+            log.warning("a summary request failed (%s): %s", self._where, error.message)
+            raise ApplicationError(
+                error.message,
+                type="ModelRefused" if not error.retryable else "ModelUnavailable",
+                non_retryable=not error.retryable,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
+        text, _ = llm.response_summary(response)
+        return text
 
     async def call_tool(self, call: ToolCallInput) -> ToolCallOutput:
         from harness_core.agents.tools import ToolArgumentsError

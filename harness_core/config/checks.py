@@ -250,6 +250,7 @@ def _validate_model(model: ModelConfig, label: str) -> None:
         "tools": model.tools or None,
         "agents": model.agents,
         "workspace": model.workspace or None,
+        "context_tokens": model.context_tokens,
     }
     if not model.is_llm:
         for key, value in llm_only.items():
@@ -294,6 +295,10 @@ def _validate_model(model: ModelConfig, label: str) -> None:
         problem = url_problem(model.base_url.rstrip("/"))
         if problem is not None:
             raise bad_value(label, "model.base_url", model.base_url, problem)
+    if model.context_tokens is not None and model.context_tokens < 1000:
+        raise bad_value(
+            label, "model.context_tokens", model.context_tokens, "must be at least 1000"
+        )
     if model.max_steps < 1:
         raise bad_value(label, "model.max_steps", model.max_steps, "must be at least 1")
     if model.turn_budget <= 0:

@@ -214,6 +214,9 @@ class ModelConfig:
     # openai/anthropic/test: the model gets a file workspace per task (workspace_* tools); on
     # also when a plugin supplies a workspace backing.
     workspace: bool = False
+    # openai/anthropic/test: the most (estimated) tokens one model request may hold; past it the
+    # task's oldest messages are folded into a summary. None means 100000.
+    context_tokens: int | None = None
     turn_budget: float = 600.0  # openai/anthropic: seconds of wall clock per turn
 
     @property

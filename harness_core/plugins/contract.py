@@ -9,6 +9,7 @@ new optional fields (a field is never removed or re-typed without a new contract
 - ``capability``: text added to the LLM agent's system prompt;
 - ``gate``: asked before each turn whether the agent takes it (:data:`Gate`);
 - ``on_displaced``: told which messages a compaction folds away (:data:`DisplacedListener`);
+- ``summarize``: makes a compaction's summary instead of the model (:data:`Summarizer`);
 - ``store``: tables of its own in the agent's store (:class:`PluginStore`);
 - ``workspace``: where the tasks' file workspaces are kept (at most one plugin per agent);
 - ``secrets``: the environment variables it needs; the agent does not start without them.
@@ -43,6 +44,7 @@ __all__ = [
     "PluginError",
     "PluginStore",
     "PluginToolError",
+    "Summarizer",
     "TableSetup",
     "plugin_context",
 ]
@@ -57,6 +59,10 @@ Gate = Callable[["PluginContext", "Sequence[TurnMessage]"], Awaitable[bool]]
 #: ``on_displaced(ctx, messages)``: a compaction is about to fold ``messages`` (the exact,
 #: inclusive slice, oldest first) into a summary. What it raises is logged and forgotten.
 DisplacedListener = Callable[["PluginContext", "Sequence[TurnMessage]"], Awaitable[None]]
+
+#: ``summarize(ctx, previous, messages) -> str``: the summary of a compaction's ``messages`` (and of
+#: ``previous``, the summary before them, or None), instead of the model's. At most one plugin.
+Summarizer = Callable[["PluginContext", "str | None", "Sequence[TurnMessage]"], Awaitable[str]]
 
 #: ``ensure_tables(tables, last_seen_version)``: make the plugin's tables what ``version`` needs,
 #: from what ``last_seen_version`` left (0: nothing yet). Called at every start: idempotent.
@@ -95,6 +101,8 @@ class Plugin:
     on_displaced: DisplacedListener | None = None
     store: PluginStore | None = None
     secrets: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: Makes the summaries of compactions instead of the model (at most one plugin of an agent).
+    summarize: Summarizer | None = None
     #: Where the tasks' workspaces are kept, instead of the agent's store (at most one plugin
     #: of an agent supplies one); a ``harness_core.agents.workspace.WorkspaceBacking``.
     workspace: WorkspaceBacking | None = None

@@ -185,6 +185,28 @@ class AgentPlugins:
                 tg.start_soon(ask, plugin)
         return tuple(plugin.key for plugin in gated if not answers.get(plugin.key, True))
 
+    def summarizer(
+        self,
+    ) -> Callable[..., Awaitable[str]] | None:
+        """The summary maker a plugin supplies (at most one does), bound to its context."""
+        plugin = next((i.plugin for i in self._loaded if i.plugin.summarize is not None), None)
+        if plugin is None or plugin.summarize is None:
+            return None
+        summarize = plugin.summarize
+
+        async def made(
+            previous: str | None,
+            messages: Sequence[TurnMessage],
+            *,
+            task_id: str,
+            context_id: str,
+        ) -> str:
+            return await summarize(
+                self.context(plugin.key, task_id, context_id), previous, messages
+            )
+
+        return made
+
     @property
     def listens(self) -> bool:
         """Some plugin listens to compactions."""
@@ -260,6 +282,7 @@ def _check(loaded: Sequence[Loaded], settings: Settings, label: str) -> None:
     seen: dict[str, Loaded] = {}
     tools: dict[str, str] = {}
     backing: str | None = None
+    summarizer: str | None = None
     for item in loaded:
         plugin = item.plugin
         where = f"plugin {plugin.key!r} ({item.origin})"
@@ -291,6 +314,13 @@ def _check(loaded: Sequence[Loaded], settings: Settings, label: str) -> None:
                     f'LLM agent uses (model.kind is "{settings.model.kind}")'
                 )
             backing = where
+        if plugin.summarize is not None:
+            if summarizer is not None:
+                raise ConfigError(
+                    f"{label}: {summarizer} and {where} both summarize compactions; at most one "
+                    "plugin of an agent may"
+                )
+            summarizer = where
         for name in plugin.secrets:
             if _ENV_NAME.fullmatch(name) is None:
                 raise ConfigError(

@@ -5,6 +5,8 @@ archived history, at absolute positions; ``task_participants`` who may see a tas
 the listing index, one row per task (running, ended, or a tombstone after the retention sweep);
 ``push_configs`` and ``push_tokens`` webhooks; ``remote_tasks`` the other agents' tasks
 the delegations started; ``workspace_files`` the tasks' workspaces (``agents/workspace.py``);
+``task_exchanges`` the LLM agent's tool calls and results of a turn, by the position of its answer,
+and ``task_folds`` its compactions: the messages before ``upto`` folded into ``summary``;
 ``meta`` the agent's own keys (the last heartbeat).
 """
 
@@ -76,6 +78,20 @@ CREATE TABLE IF NOT EXISTS push_configs (
     PRIMARY KEY (task_id, config_id)
 );
 CREATE INDEX IF NOT EXISTS task_index_context ON task_index (context_id, status_at, task_id);
+CREATE TABLE IF NOT EXISTS task_exchanges (
+    task_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    exchange TEXT NOT NULL,
+    PRIMARY KEY (task_id, position)
+);
+CREATE TABLE IF NOT EXISTS task_folds (
+    task_id TEXT NOT NULL,
+    upto INTEGER NOT NULL,
+    first INTEGER NOT NULL,
+    summary TEXT,
+    notified INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (task_id, upto)
+);
 CREATE TABLE IF NOT EXISTS workspace_files (
     task_id TEXT NOT NULL,
     path TEXT NOT NULL,

@@ -283,6 +283,8 @@ class TaskStore(TaskStoreReads, PushConfigStore):
                 "task_participants",
                 "push_configs",
                 "workspace_files",
+                "task_exchanges",
+                "task_folds",
             ):
                 self._db.executemany(f"DELETE FROM {table} WHERE task_id = ?", rows)
             # The task's delegations (stand-ins are named <task id>:delegate:...).
@@ -300,6 +302,61 @@ class TaskStore(TaskStoreReads, PushConfigStore):
                 (now_micros() - TOMBSTONE_SECONDS * 1_000_000,),
             )
         return ids
+
+    # -- the LLM agent's exchanges and compactions (``harness_core.agents.compaction``) -----------
+
+    def put_exchange(self, task_id: str, position: int, exchange: list[Any]) -> None:
+        """A turn's tool calls and results (pydantic-ai JSON), by its answer's position."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO task_exchanges (task_id, position, exchange) "
+                "VALUES (?, ?, ?)",
+                (task_id, position, json.dumps(exchange)),
+            )
+
+    def exchanges(self, task_id: str, start: int, end: int) -> dict[int, list[Any]]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT position, exchange FROM task_exchanges WHERE task_id = ? "
+                "AND position >= ? AND position < ?",
+                (task_id, start, end),
+            ).fetchall()
+        return {int(p): cast("list[Any]", json.loads(e)) for p, e in rows}
+
+    def latest_fold(self, task_id: str) -> tuple[int, int, str] | None:
+        """The task's latest compaction that has its summary: (first, upto, summary)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT first, upto, summary FROM task_folds WHERE task_id = ? AND summary "
+                "IS NOT NULL ORDER BY upto DESC LIMIT 1",
+                (task_id,),
+            ).fetchone()
+        return None if row is None else (int(row[0]), int(row[1]), str(row[2]))
+
+    def fold_state(self, task_id: str, upto: int) -> tuple[bool, str | None]:
+        """(the listeners heard of it, its summary) for the fold up to ``upto``."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT notified, summary FROM task_folds WHERE task_id = ? AND upto = ?",
+                (task_id, upto),
+            ).fetchone()
+        return (False, None) if row is None else (bool(row[0]), row[1])
+
+    def fold_notified(self, task_id: str, first: int, upto: int) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO task_folds (task_id, upto, first, notified) VALUES (?, ?, ?, 1) "
+                "ON CONFLICT (task_id, upto) DO UPDATE SET notified = 1",
+                (task_id, upto, first),
+            )
+
+    def fold_summary(self, task_id: str, first: int, upto: int, summary: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO task_folds (task_id, upto, first, summary) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (task_id, upto) DO UPDATE SET summary = excluded.summary",
+                (task_id, upto, first, summary),
+            )
 
     # -- workspaces (``harness_core.agents.workspace``) ----------------------------------------------
 

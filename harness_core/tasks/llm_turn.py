@@ -17,6 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from harness_core.payloads import (
+    CompactRequest,
     DelegationResult,
     ModelStep,
     ProtoJSON,
@@ -36,7 +37,7 @@ from harness_core.tasks.attempts import (
     not_counted,
 )
 from harness_core.tasks.state import TaskState, answer_parts, text_message
-from harness_core.temporal.names import MODEL_STEP, TOOL_CALL
+from harness_core.temporal.names import COMPACT, MODEL_STEP, TOOL_CALL
 
 __all__ = ["LlmTurn", "turn_failed"]
 
@@ -103,6 +104,27 @@ class LlmTurn:
                 return None
             if answer.declined:
                 return TurnOutcome(kind="declined", declined=answer.declined)
+            if answer.compact is not None:
+                # Over the context budget: fold the oldest messages into a summary (its own
+                # activity, once), then the next step asks with what is left. A fold counts as
+                # a step, so a turn cannot fold for ever.
+                first, upto = answer.compact
+                fold = CompactRequest(
+                    agent_id=start.agent_id,
+                    task_id=start.task_id,
+                    context_id=start.context_id,
+                    first=first,
+                    upto=upto,
+                )
+                try:
+                    done = await self._attempts.run(
+                        COMPACT, fold, int, local=local, attempts=MODEL_ATTEMPTS
+                    )
+                except (ActivityError, ApplicationError) as error:
+                    return turn_failed(error)
+                if done is None:
+                    return None
+                continue
             emitted.extend(answer.emitted)
             exchange.append(answer.response)
             if not answer.tool_calls or final:

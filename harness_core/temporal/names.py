@@ -11,6 +11,7 @@ import os
 __all__ = [
     "ARCHIVE",
     "CHECKPOINT",
+    "COMPACT",
     "DELEGATE_CANCEL",
     "DELEGATE_POLL",
     "DELEGATE_SEND",
@@ -41,6 +42,7 @@ HEARTBEAT_WORKFLOW = "HeartbeatWorkflow"
 RUN_TURN = "run_turn"
 MODEL_STEP = "model_step"
 TOOL_CALL = "tool_call"
+COMPACT = "compact"
 ARCHIVE = "archive"
 CHECKPOINT = "checkpoint"
 STORE_RECORD = "store_record"

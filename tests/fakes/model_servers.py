@@ -29,7 +29,7 @@ import os
 import socket
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import attrs
@@ -147,6 +147,9 @@ class FakeServer:
         self._script: deque[ScriptItem] = deque(script)
         self._requests: list[RecordedRequest] = []
         self._calls = 0
+        #: Answers the requests it returns a reply for, before the script is asked (e.g. the
+        #: summary requests of a compaction, whose moment a test cannot tell in advance).
+        self.responder: Callable[[RecordedRequest], ScriptItem | None] | None = None
         self._sock = socket.create_server(("127.0.0.1", 0), backlog=128)
         self.port = int(self._sock.getsockname()[1])
         root = f"http://127.0.0.1:{self.port}"
@@ -217,6 +220,9 @@ class FakeServer:
         with self._lock:
             self._requests.append(request)
             self._calls += 1
+            answered = self.responder(request) if self.responder is not None else None
+            if answered is not None:
+                return answered, self._calls
             return (self._script.popleft() if self._script else None), self._calls
 
     async def _handle(self, request: Request) -> Response:

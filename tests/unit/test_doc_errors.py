@@ -156,6 +156,10 @@ CASES = [
         "'plugins.journal' must be a table ([plugins.journal]) of the plugin's options, got string",
     ),
     (
+        '[model]\nkind = "test"\ncontext_tokens = 500\n',
+        "'model.context_tokens' is 500: must be at least 1000",
+    ),
+    (
         "[model]\nworkspace = true\n",
         '\'model.workspace\' is only used when model.kind is "openai", "anthropic" or '
         '"test" (kind is "echo")',

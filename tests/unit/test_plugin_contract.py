@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from harness_core.agents.turn import TextPart, TurnMessage
@@ -373,3 +374,19 @@ def test_two_workspace_backings_are_refused_naming_both(tmp_path: Path):
         load_plugins(settings(tmp_path), [Plugin(key="one", workspace=one)])
     with pytest.raises(ConfigError, match=r"'model\.workspace' is only used when model\.kind"):
         settings(tmp_path, model={"workspace": True})
+
+
+def test_one_plugin_at_most_summarizes_and_its_context_is_its_own(tmp_path: Path):
+    async def summarize(ctx: PluginContext, previous: str | None, messages: Any) -> str:
+        return f"{ctx.key}:{ctx.task_id}:{previous}:{len(messages)}"
+
+    one = Plugin(key="one", summarize=summarize)
+    loaded = load_plugins(settings(tmp_path), [one, Plugin(key="two")])
+    made = loaded.summarizer()
+    assert made is not None
+    assert anyio.run(lambda: made("before", [1, 2], task_id="t1", context_id="c")) == (
+        "one:t1:before:2"
+    )
+    assert load_plugins(settings(tmp_path), [Plugin(key="two")]).summarizer() is None
+    with pytest.raises(ConfigError, match="both summarize compactions"):
+        load_plugins(settings(tmp_path), [one, Plugin(key="two", summarize=summarize)])
