@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import attrs
@@ -232,6 +232,13 @@ class AgentActivities:
         history = await self._history(request, since=since)
         end = request.archived + len(request.messages)
         first = end - len(history)
+        expected = since if since is not None else max(0, end - HISTORY_WINDOW)
+        if first != min(expected, end):
+            # Rows are missing from the store (it refused a write): positions cannot be told,
+            # so nothing is folded and no earlier exchange is placed this time.
+            log.warning("task %s: its stored history has gaps; no compaction", request.task_id)
+            rows = tuple(Row(-1, message) for message in history)
+            return Transcript(rows, summary=fold[2] if fold else None, foldable=0)
         exchanges = await anyio.to_thread.run_sync(
             self.store.exchanges, request.task_id, first, end
         )
@@ -288,7 +295,8 @@ class AgentActivities:
         if agent is None:
             raise ApplicationError("this agent runs an LLM loop, not turns", non_retryable=True)
         history = await self._history(request)
-        declined = await self._gate(request, history)
+        # Guarded like the turn: a slow gate heartbeats, and a client's cancel is heard.
+        declined = await self._guarded(request.task_id, lambda: self._gate(request, history))
         if declined:
             return TurnOutcome(kind="declined", declined=declined)
         ctx = self._context(request, history)
@@ -317,7 +325,9 @@ class AgentActivities:
         history = tuple(row.message for row in transcript.rows)
         ctx = self._context(step.turn, history)
         if step.step == 1:
-            declined = await self._gate(step.turn, history)
+            declined = await self._guarded(
+                step.turn.task_id, lambda: self._gate(step.turn, history)
+            )
             if declined:
                 return ModelStep(text="", tool_calls=(), response=None, declined=declined)
         # The model's text streams in only when it can be watched: a regular activity (its
@@ -327,19 +337,28 @@ class AgentActivities:
         )
         began = time.monotonic()
         try:
-            answer = await self._guarded(
-                step.turn.task_id, lambda: llm.step(transcript, step, ctx, stream=stream)
+            answer = _redacted(
+                await self._guarded(
+                    step.turn.task_id, lambda: llm.step(transcript, step, ctx, stream=stream)
+                )
             )
             if step.exchange and answer.compact is None and (not answer.tool_calls or final):
                 # The turn's answer came with tool calls: later turns see them with it (at the
-                # answer's position), until they are folded away.
+                # answer's position), until they are folded away. Masked like the answer.
                 turn = step.turn
                 position = turn.archived + len(turn.messages)
-                kept: list[Any] = [*step.exchange, answer.response]
-                await anyio.to_thread.run_sync(
-                    self.store.put_exchange, turn.task_id, position, kept
-                )
-            return _redacted(answer)
+                kept = cast("list[Any]", SECRETS.redact_json([*step.exchange, answer.response]))
+                try:
+                    await anyio.to_thread.run_sync(
+                        self.store.put_exchange, turn.task_id, position, kept
+                    )
+                except sqlite3.Error as error:
+                    log.warning(
+                        "task %s: the store did not keep the turn's tool calls: %s",
+                        turn.task_id,
+                        error,
+                    )
+            return answer
         finally:
             self._paced(began)
             self.live.end(self.agent_id, step.turn.task_id)
@@ -362,10 +381,14 @@ class AgentActivities:
             store.messages_with_senders, task_id, request.first, request.upto
         )
         messages = tuple(message_from_json(m, sender) for m, sender in rows)
+        plugins = self.plugins
         if not notified:
-            if self.plugins is not None:
-                await self.plugins.displaced(
-                    messages, task_id=task_id, context_id=request.context_id
+            if plugins is not None:
+                await self._guarded(
+                    task_id,
+                    lambda: plugins.displaced(
+                        messages, task_id=task_id, context_id=request.context_id
+                    ),
                 )
             await anyio.to_thread.run_sync(
                 store.fold_notified, task_id, request.first, request.upto
@@ -377,14 +400,26 @@ class AgentActivities:
         summarizer = self.plugins.summarizer() if self.plugins is not None else None
         earlier = previous[2] if previous is not None else None
         if summarizer is not None:
-            text = await summarizer(
-                earlier, messages, task_id=task_id, context_id=request.context_id
+            # What a plugin returns is checked, whatever its annotation says.
+            made = cast(
+                "object",
+                await self._guarded(
+                    task_id,
+                    lambda: summarizer(
+                        earlier, messages, task_id=task_id, context_id=request.context_id
+                    ),
+                ),
             )
         else:
             positioned = [(request.first + i, m) for i, m in enumerate(messages)]
-            text = await self._guarded(
-                task_id, lambda: llm.summarize(earlier, positioned, exchanges)
+            made = cast(
+                "object",
+                await self._guarded(task_id, lambda: llm.summarize(earlier, positioned, exchanges)),
             )
+        if not isinstance(made, str) or not made.strip():
+            # A fold without a summary would be asked for again and again.
+            raise ApplicationError("the compaction's summary came back empty", type="SummaryEmpty")
+        text = made
         await anyio.to_thread.run_sync(
             store.fold_summary, task_id, request.first, request.upto, SECRETS.redact(text)
         )

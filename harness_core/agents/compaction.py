@@ -5,7 +5,9 @@ Each agent has a budget in tokens (``[model] context_tokens``). A model request'
 so a token is counted per four characters of text (messages, tool calls' arguments, tool results),
 plus four per part and a thousand per image or document. When a request would pass the budget, the
 oldest messages of the task (after its last fold, and never the messages the turn answers) are
-folded into a summary, so that what stays fits in half the budget: the model step says which
+folded into a summary, so that what stays fits in half the budget (the context's earlier tasks
+are left out first, and nothing is folded when folding could not bring the request under the
+budget, nor on a turn's last step): the model step says which
 (``ModelStep.compact``), the workflow runs the ``compact`` activity, then asks again. The summary is
 made once per fold (stored with it, found again by a retry), by the model or by a plugin's
 ``summarize``; every plugin's compaction listener hears the exact slice first, once. A request
@@ -97,9 +99,11 @@ def choose_fold(costs: Sequence[int], fixed: int, budget: int, foldable: int) ->
 
     ``costs`` are the rows' estimated tokens, oldest first; ``fixed`` what the request holds
     besides them (system prompt, summary, the turn's own exchange); only the first ``foldable``
-    rows may be folded (the turn's own messages may not). 0: nothing to fold, or nothing that
-    would help.
+    rows may be folded (the turn's own messages may not). 0: nothing to fold, or folding all that
+    may be folded would still leave the request over the budget (it would not help).
     """
+    if fixed + sum(costs[foldable:]) > budget:
+        return 0
     target = budget // 2
     kept = fixed + sum(costs)
     cut = 0

@@ -245,29 +245,31 @@ class ModelLoop:
         messages.extend(current)
         budget = self.context_tokens
         total = estimate_tokens(messages)
-        if total > budget:
+        # Over the budget: the context's earlier tasks go first, oldest first.
+        while earlier and total > budget:
+            earlier.pop(0)
+            messages = self._rows_messages([*(Row(-1, m) for m in earlier), *rows], system)
+            messages.extend(current)
+            total = estimate_tokens(messages)
+        if total > budget and not step.final:
+            # Then the task's own oldest messages, folded into a summary (not on the last step,
+            # so that a turn cannot fold for ever).
             costs = [estimate_tokens(self._rows_messages([row], None)) for row in rows]
-            fixed = total - sum(costs)
-            cut = choose_fold(costs, fixed, budget, transcript.foldable)
+            cut = choose_fold(costs, total - sum(costs), budget, transcript.foldable)
             if cut:
                 upto = rows[cut - 1].position + 1
                 return ModelStep(
                     text="", tool_calls=(), response=None, compact=(rows[0].position, upto)
                 )
-            # Nothing of the task's own left to fold: the context's earlier tasks go first.
-            while earlier and total > budget:
-                earlier.pop(0)
-                messages = self._rows_messages([*(Row(-1, m) for m in earlier), *rows], system)
-                messages.extend(current)
-                total = estimate_tokens(messages)
-            if total > budget:
-                log.warning(
-                    "task %s: the model request is ~%d tokens, over the context budget of %d, "
-                    "with nothing left to fold (the turn's own messages and tool results)",
-                    ctx.task_id,
-                    total,
-                    budget,
-                )
+        if total > budget:
+            log.warning(
+                "task %s: the model request is ~%d tokens, over the context budget of %d, "
+                "with nothing left to fold that would help (the turn's own messages and tool "
+                "results)",
+                ctx.task_id,
+                total,
+                budget,
+            )
         delegations = self._delegation_tools()
         if self._mcp:
             await self._mcp.refresh()
@@ -384,11 +386,12 @@ class ModelLoop:
 
     async def call_tool(self, call: ToolCallInput) -> ToolCallOutput:
         from harness_core.agents.tools import ToolArgumentsError
+        from harness_core.agents.workspace import WORKSPACE_TOOLS
         from harness_core.plugins.contract import entered, left
 
         tool = self._tools.get(call.name)
         if tool is None:
-            if self.workspace is not None and call.name.startswith("workspace_"):
+            if self.workspace is not None and call.name in WORKSPACE_TOOLS:
                 return await self.workspace.call(call.name, call.task_id, call.arguments)
             remote = self._mcp.get(call.name) if self._mcp else None
             if remote is not None and self._mcp is not None:

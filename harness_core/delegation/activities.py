@@ -47,8 +47,8 @@ from harness_core.agent_tokens import AgentCredential
 from harness_core.config import RemoteAgentConfig
 from harness_core.delegation.cards import CardCache, OriginHeaders
 from harness_core.live import LiveHub
-from harness_core.payloads import SETTLED_STATES as _SETTLED
 from harness_core.payloads import (
+    DECLINED_KEY,
     DelegationProgress,
     DelegationRequest,
     DelegationResult,
@@ -58,6 +58,7 @@ from harness_core.payloads import (
     relayed_status,
     status_key,
 )
+from harness_core.payloads import SETTLED_STATES as _SETTLED
 from harness_core.store import TaskStore
 from harness_core.tasks.views import fold_artifacts
 from harness_core.urls import http_client
@@ -518,11 +519,12 @@ def _apply(
         task = event.task
         for artifact in task.artifacts:
             events.append(TaskEvent(0, "artifact", {"artifact": MessageToDict(artifact)}))
-        status = MessageToDict(task.status)
+        status = _unless_declined(result.target, MessageToDict(task.status), task.metadata)
         task_id = task.id
     elif event.HasField("status_update"):
-        status = MessageToDict(event.status_update.status)
-        task_id = event.status_update.task_id
+        update = event.status_update
+        status = _unless_declined(result.target, MessageToDict(update.status), update.metadata)
+        task_id = update.task_id
     elif event.HasField("artifact_update"):
         events.append(TaskEvent(0, "artifact", MessageToDict(event.artifact_update)))
         return result, None
@@ -553,10 +555,20 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _unless_declined(target: str, status: ProtoJSON, metadata: Any) -> ProtoJSON:
+    """The other agent's status, or, when a plugin's turn gate made it decline the turn (its
+    task rests as it was, saying so in its metadata), a rejection in our words: the delegation
+    has its answer, and waits no longer."""
+    if DECLINED_KEY not in MessageToDict(metadata):
+        return status
+    text = f"the agent {target} declined to take this turn"
+    return {"state": "TASK_STATE_REJECTED", "message": {"parts": [{"text": text}]}}
+
+
 def _from_task(target: str, task: Task, seen: str = "") -> DelegationResult:
     """The other agent's task as a result; its status ``seen`` before is reported as WORKING
     (the other agent has not answered since)."""
-    status: ProtoJSON = MessageToDict(task.status)
+    status: ProtoJSON = _unless_declined(target, MessageToDict(task.status), task.metadata)
     if status_key(status) == seen:
         status = {"state": "TASK_STATE_WORKING"}
     state = str(status.get("state", ""))

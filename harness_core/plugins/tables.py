@@ -16,6 +16,7 @@ database, run a pragma, or create triggers and views.
 
 from __future__ import annotations
 
+import inspect
 import re
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -28,6 +29,7 @@ from temporalio import activity
 
 from harness_core.errors import ConfigError
 from harness_core.plugins.contract import PluginError, TableSetup
+from harness_core.store.schema import SCHEMA
 
 if TYPE_CHECKING:
     from harness_core.store import TaskStore
@@ -40,15 +42,7 @@ T = TypeVar("T")
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_sequence", "sqlite_stat1"})
 #: The runtime's own tables: no plugin store's prefix may reach them.
 _RUNTIME_TABLES = (
-    "tasks",
-    "meta",
-    "task_participants",
-    "task_messages",
-    "task_events",
-    "task_index",
-    "push_tokens",
-    "remote_tasks",
-    "push_configs",
+    *re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA),
     "plugin_migrations",
 )
 _STORE_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
@@ -118,6 +112,7 @@ class PluginTables:
         self._key = key
         self._prefix = guard.prefix
         self._guard = guard
+        self._closed = False
 
     @property
     def prefix(self) -> str:
@@ -136,7 +131,16 @@ class PluginTables:
         """The rows of one query."""
         return self._run(lambda: [tuple(row) for row in self._db.execute(sql, params).fetchall()])
 
+    def close(self) -> None:
+        """The transaction is over: later statements through this handle are refused."""
+        self._closed = True
+
     def _run(self, work: Callable[[], T]) -> T:
+        if self._closed:
+            raise PluginError(
+                f"plugin {self._key!r}: its tables handle is used after its transaction ended "
+                "(keep it only inside the function it was given to)"
+            )
         try:
             return work()
         except sqlite3.DatabaseError:
@@ -152,10 +156,12 @@ class PluginTables:
 def _confined(store: TaskStore, key: str, prefix: str, work: Callable[[PluginTables], T]) -> T:
     with store.exclusive() as db:
         guard = _Guard(prefix)
+        tables = PluginTables(db, key, guard)
         db.set_authorizer(guard)
         try:
-            return work(PluginTables(db, key, guard))
+            return work(tables)
         finally:
+            tables.close()
             db.set_authorizer(None)
 
 
@@ -270,9 +276,20 @@ def _ensure_one(store: TaskStore, entry: StoreEntry, label: str) -> None:
                 "supported (run the newer plugin, or restore the store)"
             )
         guard = _Guard(prefix)
+        tables = PluginTables(db, entry.key, guard)
         db.set_authorizer(guard)
         try:
-            entry.setup(PluginTables(db, entry.key, guard), seen)
+            made = entry.setup(tables, seen)
+            if inspect.isawaitable(made):
+                close = getattr(made, "close", None)
+                if callable(close):
+                    close()  # never awaited: say so instead of a RuntimeWarning
+                raise ConfigError(
+                    f"{label}: plugin {entry.key!r}: its ensure_tables is async; it must be a "
+                    "plain function (it runs in a worker thread, in the store's transaction)"
+                )
+        except ConfigError:
+            raise
         except PluginError as error:
             raise ConfigError(f"{label}: {error}") from None
         except Exception as error:
@@ -281,6 +298,7 @@ def _ensure_one(store: TaskStore, entry: StoreEntry, label: str) -> None:
                 f"{entry.version}) raised {type(error).__name__}: {error}"
             ) from error
         finally:
+            tables.close()
             db.set_authorizer(None)
         if seen != entry.version:
             db.execute(

@@ -430,7 +430,7 @@ class TaskState:
         self.turns += 1
         # What a turn that a plugin's gate declines leaves the task as.
         self.before_turn = self.state
-        if self.state != "TASK_STATE_WORKING":
+        if self.state != "TASK_STATE_WORKING" or declined(self.status):
             self.emit_status("TASK_STATE_WORKING")
         unwritten = self.history[self.persisted :]
         persist = json_size(unwritten) > INLINE_HISTORY

@@ -18,9 +18,11 @@ def test_a_fold_keeps_half_the_budget_and_never_the_turns_own_messages():
     # 2,600 + 200 fixed: fold the oldest until what stays fits in 2,000 (half of 4,000).
     assert choose_fold(costs, 200, BUDGET, foldable=6) == 2
     # Only the first three may go (the rest are the turn's own).
-    assert choose_fold(costs, 3_000, BUDGET, foldable=3) == 3
+    assert choose_fold(costs, 2_800, BUDGET, foldable=3) == 3
     assert choose_fold(costs, 0, BUDGET, foldable=0) == 0
     assert choose_fold([], 100, BUDGET, foldable=0) == 0
+    # Folding all that may be folded would still leave it over the budget: nothing is folded.
+    assert choose_fold(costs, 3_500, BUDGET, foldable=3) == 0
 
 
 @settings(max_examples=60, deadline=None)

@@ -105,3 +105,18 @@ def test_a_failed_call_is_told_in_our_words_and_retried_only_when_it_may_pass(
     text = failure.message
     assert text.startswith("agent b ")
     assert "secret" not in text and "10.0.0.7" not in text and "exploded" not in text
+
+
+def test_a_remote_turn_a_plugins_gate_declined_ends_the_delegation_as_a_rejection():
+    from a2a.types import Task, TaskStatus
+    from a2a.types import TaskState as State
+
+    from harness_core.delegation.activities import _from_task  # pyright: ignore[reportPrivateUsage]
+
+    task = Task(id="r1", status=TaskStatus(state=State.TASK_STATE_SUBMITTED))
+    task.metadata.update({"harness.declined": {"turn": 1, "plugins": ["quiet"]}})
+    result = _from_task("b", task)
+    assert result.state == "TASK_STATE_REJECTED"
+    assert result.parts == ({"text": "the agent b declined to take this turn"},)
+    plain = _from_task("b", Task(id="r2", status=TaskStatus(state=State.TASK_STATE_WORKING)))
+    assert plain.state == "TASK_STATE_WORKING"

@@ -64,6 +64,7 @@ def test_plugins_load_from_the_file_and_from_code_in_that_order(tmp_path: Path):
     assert loaded.context("audit").options == {"level": 2}
     assert loaded.context("notes").options == {}
     assert loaded.capabilities() == "Audited."
+    assert load_plugins(s.__class__(), [Plugin(key="plain")]).capabilities() == ""
 
 
 def test_a_key_used_twice_is_refused_naming_both(tmp_path: Path):
@@ -224,6 +225,26 @@ def test_a_downgrade_a_duplicate_store_and_a_version_below_one_are_refused(tmp_p
 def test_a_store_name_that_would_reach_the_runtimes_tables_is_refused(tmp_path: Path):
     with pytest.raises(ConfigError, match="would reach the runtime's table 'task_participants'"):
         load_plugins(settings(tmp_path), [Plugin(key="task", store=PluginStore(1, Recorder()))])
+    # Every table of the runtime's schema counts, the newest too.
+    with pytest.raises(ConfigError, match="would reach the runtime's table 'workspace_files'"):
+        load_plugins(
+            settings(tmp_path), [Plugin(key="workspace", store=PluginStore(1, Recorder()))]
+        )
+
+
+def test_an_async_setup_and_a_handle_kept_past_its_transaction_are_refused(tmp_path: Path):
+    async def later(tables: PluginTables, seen: int) -> None:
+        tables.execute("CREATE TABLE notes_items (x)")
+
+    with pytest.raises(ConfigError, match="its ensure_tables is async"):
+        _open(tmp_path, Plugin(key="notes", store=PluginStore(1, later)))  # pyright: ignore[reportArgumentType]
+    kept: list[PluginTables] = []
+    _, store = _open(
+        tmp_path, Plugin(key="notes", store=PluginStore(1, lambda t, _: kept.append(t)))
+    )
+    with pytest.raises(PluginError, match="used after its transaction ended"):
+        kept[0].query("SELECT count(*) FROM notes_items")
+    store.close()
 
 
 def test_a_setup_that_raises_keeps_nothing_and_stops_the_start(tmp_path: Path):
@@ -320,6 +341,16 @@ async def test_gates_are_all_asked_and_anded_and_a_failing_one_says_yes(
     )
     assert await failing_only.gate(_history("hi"), task_id="t", context_id="c") == ()
 
+    def throws_at_once(ctx: PluginContext, history: Sequence[TurnMessage]) -> Any:
+        raise RuntimeError("before any await")
+
+    # A gate that throws before it awaits anything fails open too, and a later gate still says no.
+    sync = load_plugins(
+        settings(tmp_path),
+        [Plugin(key="sync", gate=throws_at_once), Plugin(key="no", gate=_gate(False, seen))],
+    )
+    assert await sync.gate(_history("hi"), task_id="t", context_id="c") == ("no",)
+
 
 @pytest.mark.anyio
 async def test_every_listener_hears_a_compaction_even_when_one_fails(
@@ -354,6 +385,24 @@ async def test_every_listener_hears_a_compaction_even_when_one_fails(
         for r in caplog.records
     ] == [True]
     assert not load_plugins(settings(tmp_path), [Plugin(key="deaf")]).listens
+    # No listeners: nothing to tell, and nothing fails.
+    await load_plugins(settings(tmp_path), [Plugin(key="deaf")]).displaced(
+        messages, task_id="t", context_id="c"
+    )
+
+    def throws_at_once(ctx: PluginContext, messages: Sequence[TurnMessage]) -> Any:
+        raise RuntimeError("before any await")
+
+    heard.clear()
+    sync = load_plugins(
+        settings(tmp_path),
+        [
+            Plugin(key="sync", on_displaced=throws_at_once),
+            Plugin(key="second", on_displaced=listener("second", False)),
+        ],
+    )
+    await sync.displaced(messages, task_id="t", context_id="c")
+    assert heard == {"second": ["m1", "m2"]}
 
 
 def test_two_workspace_backings_are_refused_naming_both(tmp_path: Path):

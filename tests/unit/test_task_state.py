@@ -325,6 +325,23 @@ def test_a_declined_turn_leaves_the_task_as_it_was_and_says_why() -> None:
     assert task.status["metadata"]["harness.declined"]["turn"] == 3
 
 
+def test_a_turn_after_a_declined_one_in_working_says_working_again() -> None:
+    task = new_task()
+    _, taken, _ = task.begin_turn()
+    task.accept(inbound("m1", text="during"))  # arrives during the turn: the task stays busy
+    task.apply(TurnOutcome(kind="declined", declined=("notes",)))
+    task.end_turn(taken)
+    assert task.state == "TASK_STATE_SUBMITTED"
+    _, taken, _ = task.begin_turn()
+    assert task.state == "TASK_STATE_WORKING" and "metadata" not in task.status
+    task.apply(TurnOutcome(kind="declined", declined=("notes",)))
+    task.end_turn(taken)
+    task.accept(inbound("m2", text="again"))
+    _, taken, _ = task.begin_turn()
+    # The turn began in WORKING (declined there); it still says so, without the old reason.
+    assert task.state == "TASK_STATE_WORKING" and "metadata" not in task.status
+
+
 def test_another_agents_progress_is_shown_once_however_often_it_is_relayed() -> None:
     """A stand-in may learn of one status of the other agent's task several ways (its push, its
     stream, a read of the task that shows the running turn's progress from the listing index, each
