@@ -139,6 +139,11 @@ def describe(settings: Settings, *, bind: str | None = None, path: str = "") -> 
         f"  http:     {bind}, public URL {public}",
         f"  model:    {settings.model.kind}",
     ]
+    if settings.agent.plugins:
+        lines.append(f"  plugins:  {', '.join(settings.agent.plugins)}")
+    if settings.mcp:
+        servers = ", ".join(f"{m.id} ({m.command or m.url})" for m in settings.mcp)
+        lines.append(f"  mcp:      {servers} (reached when serve starts)")
     return "\n".join(lines)
 
 

@@ -7,6 +7,7 @@ with signals, and kill one with SIGKILL mid-turn to prove that an accepted task 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -203,6 +204,18 @@ def test_check_imports_your_own_module_from_the_directory_it_runs_in(tmp_path: P
     assert "cannot import mypkg.agent: No module named 'mypkg'" in result.stderr
     assert "PYTHONPATH" in result.stderr
     assert result.stderr.count("\n") == 1
+
+
+def test_check_names_the_plugins_and_mcp_servers_it_would_run(tmp_path: Path) -> None:
+    shutil.copy(Path(__file__).parents[2] / "examples" / "plugin" / "journal.py", tmp_path)
+    (tmp_path / "agent.toml").write_text(
+        '[agent]\nid = "scribe"\nplugins = ["journal:make"]\n[model]\nkind = "test"\n'
+        '[[mcp]]\nid = "files"\ncommand = "no-such-mcp-server"\n'
+    )
+    result = _script("check", "agent.toml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "  plugins:  journal:make\n" in result.stdout
+    assert "  mcp:      files (no-such-mcp-server) (reached when serve starts)\n" in result.stdout
 
 
 @pytest.mark.parametrize(
