@@ -387,7 +387,7 @@ class ModelLoop:
     async def call_tool(self, call: ToolCallInput) -> ToolCallOutput:
         from harness_core.agents.tools import ToolArgumentsError
         from harness_core.agents.workspace import WORKSPACE_TOOLS
-        from harness_core.plugins.contract import entered, left
+        from harness_core.plugins.contract import PluginError, entered, left
 
         tool = self._tools.get(call.name)
         if tool is None:
@@ -407,6 +407,11 @@ class ModelLoop:
             return ToolCallOutput(await tool.call(call.arguments))
         except ToolArgumentsError as error:
             return ToolCallOutput(str(error), failed=True)
+        except PluginError as error:
+            # A plugin's code used the runtime wrongly (a refused statement): trying again cannot
+            # help. Our own words, so the log says what was refused; the model hears the type.
+            log.warning("task %s: the tool %s failed: %s", call.task_id, call.name, error)
+            return ToolCallOutput(f"the tool {call.name} failed (PluginError)", failed=True)
         except Exception as error:
             # Retried by the workflow when the tool is idempotent; the model hears the type only.
             raise ApplicationError(

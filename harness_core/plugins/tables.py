@@ -63,12 +63,46 @@ class _Guard:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.refused = False
+        #: What the latest refusal was about: a table, an index, or the kind of statement.
+        self.what = ""
 
     def __call__(self, action: int, arg1: str | None, arg2: str | None, *_: object) -> int:
         verdict = _verdict(self.prefix, action, arg1, arg2)
         if verdict != sqlite3.SQLITE_OK:
             self.refused = True
+            named = (arg2,) if action == sqlite3.SQLITE_ALTER_TABLE else (arg1, arg2)
+            names = [n for n in named if n and not n.startswith(self.prefix)]
+            if action in _ON_TABLES and names:
+                self.what = f"'{names[0]}'"
+            else:
+                self.what = _ACTIONS.get(action, "a statement of its kind")
         return verdict
+
+
+_ON_TABLES = frozenset(
+    {
+        sqlite3.SQLITE_READ,
+        sqlite3.SQLITE_INSERT,
+        sqlite3.SQLITE_UPDATE,
+        sqlite3.SQLITE_DELETE,
+        sqlite3.SQLITE_CREATE_TABLE,
+        sqlite3.SQLITE_DROP_TABLE,
+        sqlite3.SQLITE_CREATE_INDEX,
+        sqlite3.SQLITE_DROP_INDEX,
+        sqlite3.SQLITE_ALTER_TABLE,
+        sqlite3.SQLITE_REINDEX,
+        sqlite3.SQLITE_ANALYZE,
+    }
+)
+_ACTIONS = {
+    sqlite3.SQLITE_CREATE_TRIGGER: "a trigger",
+    sqlite3.SQLITE_CREATE_VIEW: "a view",
+    sqlite3.SQLITE_TRANSACTION: "a transaction",
+    sqlite3.SQLITE_SAVEPOINT: "a savepoint",
+    sqlite3.SQLITE_PRAGMA: "a pragma",
+    sqlite3.SQLITE_ATTACH: "an attached database",
+    sqlite3.SQLITE_DETACH: "an attached database",
+}
 
 
 def _verdict(prefix: str, action: int, arg1: str | None, arg2: str | None) -> int:
@@ -146,7 +180,8 @@ class PluginTables:
         except sqlite3.DatabaseError:
             if self._guard.refused:
                 raise PluginError(
-                    f"plugin {self._key!r}: a statement was refused: plugin code may use only "
+                    f"plugin {self._key!r}: a statement touching {self._guard.what} was "
+                    "refused: plugin code may use only "
                     f"its own tables and indexes (named {self._prefix}...), without "
                     "transactions, pragmas, attached databases, triggers or views"
                 ) from None

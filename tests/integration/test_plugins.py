@@ -17,7 +17,7 @@ from google.protobuf.json_format import MessageToDict
 
 from harness_core.agents.turn import Complete
 from harness_core.errors import ConfigError
-from harness_core.plugins import Plugin
+from harness_core.plugins import Plugin, PluginStore
 from tests.conftest import a2a_client, serving, user_message
 from tests.fakes.model_servers import FakeServer, serve_fake_openai, text_reply, tool_call_reply
 from tests.integration import plugin_notes
@@ -150,3 +150,34 @@ async def test_a_missing_plugin_secret_stops_the_start_before_any_worker(
     assert harness.state.value == "failed"
     # Nothing was opened: not even the store.
     assert not harness.settings.store_path.exists()
+
+
+async def peek() -> str:
+    """Look at the runtime's own tasks (which a plugin may not)."""
+    from harness_core.plugins import plugin_context
+
+    ctx = plugin_context()
+    assert ctx.db is not None
+    rows = await ctx.db.query("SELECT count(*) FROM tasks")
+    return str(rows)
+
+
+async def test_a_refused_statement_in_a_tool_fails_the_call_once_and_says_why(
+    make_harness, server: FakeServer, caplog: pytest.LogCaptureFixture
+):
+    nosy = Plugin(
+        key="nosy",
+        tools=(peek,),
+        store=PluginStore(1, lambda tables, seen: None),
+    )
+    harness = make_harness(model=llm(server), options={"plugins": [nosy]})
+    server.push(tool_call_reply("peek", {}), text_reply("Could not look."))
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        task = await send_blocking(client, user_message("peek at the tasks"))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert len(server.requests) == 2  # the call was not tried again
+    tool = [m for m in server.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert "the tool peek failed (PluginError)" in tool[0]["content"]
+    said = [r.getMessage() for r in caplog.records if "the tool peek failed" in r.getMessage()]
+    assert len(said) == 1
+    assert "a statement touching 'tasks' was refused" in said[0]

@@ -439,3 +439,18 @@ def test_one_plugin_at_most_summarizes_and_its_context_is_its_own(tmp_path: Path
     assert load_plugins(settings(tmp_path), [Plugin(key="two")]).summarizer() is None
     with pytest.raises(ConfigError, match="both summarize compactions"):
         load_plugins(settings(tmp_path), [one, Plugin(key="two", summarize=summarize)])
+
+
+@pytest.mark.parametrize(
+    ("statement", "what"),
+    [
+        ("SELECT * FROM task_messages", "'task_messages'"),
+        ("ALTER TABLE tasks ADD COLUMN y", "'tasks'"),
+        ("PRAGMA user_version = 99", "a pragma"),
+        ("COMMIT", "a transaction"),
+    ],
+)
+def test_a_refusal_says_what_the_statement_touched(tmp_path: Path, statement: str, what: str):
+    setup = Recorder(("CREATE TABLE IF NOT EXISTS notes_items (id INTEGER PRIMARY KEY)", statement))
+    with pytest.raises(ConfigError, match=f"a statement touching {what} was refused"):
+        _open(tmp_path, Plugin(key="notes", store=PluginStore(1, setup)))
