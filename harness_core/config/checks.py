@@ -161,14 +161,7 @@ def validate(settings: Settings, label: str) -> None:
         seen_ids.add(remote.id)
         if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", remote.url):
             raise bad_value(label, f"{where}.url", remote.url, "must be an http(s) URL")
-        for header in remote.headers:
-            if not re.fullmatch(r"[A-Za-z0-9-]+=[A-Za-z_][A-Za-z0-9_]*", header):
-                raise bad_value(
-                    label,
-                    f"{where}.headers",
-                    header,
-                    'must be "Header-Name=ENV_VAR" (the value comes from the variable)',
-                )
+        _check_headers(remote.headers, where, label)
 
     _validate_mcp(settings, label)
 
@@ -338,20 +331,25 @@ def _validate_mcp(settings: Settings, label: str) -> None:
             raise ConfigError(f"{label}: '{where}.headers' is only used with url (HTTP)")
         for name in server.env:
             _check_env_name(name, f"{where}.env", label)
-        for header in server.headers:
-            if not re.fullmatch(r"[A-Za-z0-9-]+=[A-Za-z_][A-Za-z0-9_]*", header):
-                raise bad_value(
-                    label,
-                    f"{where}.headers",
-                    header,
-                    'must be "Header-Name=ENV_VAR" (the value comes from the variable)',
-                )
+        _check_headers(server.headers, where, label)
         if server.prefix and re.fullmatch(r"[A-Za-z0-9_]{1,20}", server.prefix) is None:
             raise bad_value(
                 label, f"{where}.prefix", server.prefix, "must match [A-Za-z0-9_]{1,20}"
             )
         if server.timeout <= 0:
             raise bad_duration(label, f"{where}.timeout", server.timeout, "be more than 0")
+
+
+def _check_headers(headers: tuple[str, ...], where: str, label: str) -> None:
+    """``Header-Name=ENV_VAR`` entries: a header's value comes from the variable, never the file."""
+    for header in headers:
+        if not re.fullmatch(r"[A-Za-z0-9-]+=[A-Za-z_][A-Za-z0-9_]*", header):
+            raise bad_value(
+                label,
+                f"{where}.headers",
+                header,
+                'must be "Header-Name=ENV_VAR" (the value comes from the variable)',
+            )
 
 
 def _check_env_name(name: str | None, key: str, label: str) -> None:

@@ -118,21 +118,12 @@ def _verdict(prefix: str, action: int, arg1: str | None, arg2: str | None) -> in
 
     if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE):
         return sqlite3.SQLITE_OK
-    if action in (
-        sqlite3.SQLITE_READ,
-        sqlite3.SQLITE_INSERT,
-        sqlite3.SQLITE_UPDATE,
-        sqlite3.SQLITE_DELETE,
-        sqlite3.SQLITE_CREATE_TABLE,
-        sqlite3.SQLITE_DROP_TABLE,
-        sqlite3.SQLITE_REINDEX,
-        sqlite3.SQLITE_ANALYZE,
-    ):
-        return own(arg1)
+    if action == sqlite3.SQLITE_ALTER_TABLE:
+        return own(arg2)  # arg1 is the database's name
     if action in (sqlite3.SQLITE_CREATE_INDEX, sqlite3.SQLITE_DROP_INDEX):
         return own(arg1, arg2)
-    if action == sqlite3.SQLITE_ALTER_TABLE:
-        return own(arg2)
+    if action in _ON_TABLES:
+        return own(arg1)
     # Transactions, savepoints, pragmas, attach/detach, triggers, views, temporary and virtual
     # tables: the handle's business, or a way around the guard.
     return sqlite3.SQLITE_DENY

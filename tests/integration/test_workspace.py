@@ -6,7 +6,7 @@ store. Real dev server, real HTTP, the real a2a-sdk client; a fake Chat Completi
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from harness_core.plugins import Plugin
 from tests.conftest import a2a_client, serving, user_message
 from tests.fakes.model_servers import FakeServer, serve_fake_openai, text_reply, tool_call_reply
 from tests.integration.test_a2a_methods import send_blocking
+from tests.unit.test_workspace_caps import MemoryBacking
 
 pytestmark = pytest.mark.anyio
 
@@ -73,29 +74,10 @@ async def test_the_model_keeps_a_file_and_attaches_it_to_its_answer(
     assert [a.parts[0].text for a in read.artifacts if a.name == "notes/plan.md"] == ["step one €"]
 
 
-class Shelf:
-    """A workspace backing a plugin supplies: a dict in memory."""
-
-    def __init__(self) -> None:
-        self.files: dict[tuple[str, str], str] = {}
-
-    async def read(self, task_id: str, path: str) -> str | None:
-        return self.files.get((task_id, path))
-
-    async def write(self, task_id: str, path: str, content: str) -> None:
-        self.files[(task_id, path)] = content
-
-    async def delete(self, task_id: str, path: str) -> bool:
-        return self.files.pop((task_id, path), None) is not None
-
-    async def list(self, task_id: str) -> Sequence[tuple[str, int]]:
-        return [(p, len(c.encode())) for (t, p), c in self.files.items() if t == task_id]
-
-
 async def test_a_plugins_backing_keeps_the_files_and_turns_the_workspace_on(
     make_harness, server: FakeServer
 ):
-    shelf = Shelf()
+    shelf = MemoryBacking()
     harness = make_harness(
         model=llm(server), options={"plugins": [Plugin(key="shelf", workspace=shelf)]}
     )
