@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 import time
 import traceback
 import uuid
@@ -50,6 +49,7 @@ from harness_core.push.delivery import PushActivities
 from harness_core.retention import Sweep
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
+from harness_core.store.connection import STORE_BUSY_ERRORS, STORE_ERRORS
 from harness_core.tasks.attempts import TASK_CANCELED
 from harness_core.tasks.pace import TurnPace
 from harness_core.temporal.codec import PayloadStore
@@ -197,7 +197,7 @@ class AgentActivities:
                     store.checkpoint(entry)
                 elif request.persist:
                     store.put_messages(request.task_id, start, request.messages, request.senders)
-            except sqlite3.OperationalError as error:
+            except STORE_BUSY_ERRORS as error:
                 log.warning("task %s: the store refused its messages: %s", request.task_id, error)
             first = max(0, end - HISTORY_WINDOW) if since is None else min(since, end)
             earlier = store.messages_with_senders(request.task_id, first, start)
@@ -265,7 +265,7 @@ class AgentActivities:
     async def _note_progress(self, task_id: str, status: ProtoJSON) -> None:
         try:
             await anyio.to_thread.run_sync(self.store.note_progress, task_id, status)
-        except sqlite3.OperationalError as error:
+        except STORE_BUSY_ERRORS as error:
             log.warning("task %s: the index did not take its progress: %s", task_id, error)
 
     async def _context_history(
@@ -352,7 +352,7 @@ class AgentActivities:
                     await anyio.to_thread.run_sync(
                         self.store.put_exchange, turn.task_id, position, kept
                     )
-                except sqlite3.Error as error:
+                except STORE_ERRORS as error:
                     log.warning(
                         "task %s: the store did not keep the turn's tool calls: %s",
                         turn.task_id,
@@ -576,9 +576,10 @@ def _store_errors() -> Generator[None, None, None]:
     locked database is retried."""
     try:
         yield
-    except sqlite3.OperationalError as error:
+    except STORE_ERRORS as error:
         text = str(error).lower()
-        if "full" in text or "readonly" in text or "read-only" in text or "disk i/o" in text:
+        refused = ("full", "readonly", "read-only", "disk i/o", "no space left")
+        if any(word in text for word in refused):
             log.error("the store %s refused a write: %s", activity.info().task_queue, error)
             raise ApplicationError(
                 f"the agent's store refused the write: {error}",

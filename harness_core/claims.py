@@ -50,6 +50,12 @@ class Claims:
                 "store",
                 str(Path(settings.store_path).resolve()),
                 f"store file {settings.store_path}",
+            )
+            if settings.store.url is None
+            else _Claim(
+                "store",
+                f"{settings.store.url}#{settings.store.schema or settings.agent_id}",
+                f"store schema {settings.store.schema or settings.agent_id!r} at {settings.store.url}",
             ),
         ]
 
@@ -66,7 +72,7 @@ class Claims:
                 if owner is not None:
                     raise HarnessConflictError(
                         f"{claim.description} is already claimed by {owner} "
-                        f"(agents in one process need their own id, queue and store file)"
+                        f"(agents in one process need their own id, queue and store)"
                     )
             for claim in wanted:
                 self._held[(claim.kind, claim.value)] = holder

@@ -135,7 +135,7 @@ def describe(settings: Settings, *, bind: str | None = None, path: str = "") -> 
         f"agent {settings.agent_id} ({settings.agent_name})",
         f"  temporal: {temporal}, namespace {t.namespace}, task queue "
         f"{settings.effective_task_queue}",
-        f"  store:    {settings.store_path}",
+        f"  store:    {_store_line(settings)}",
         f"  http:     {bind}, public URL {public}",
         f"  model:    {settings.model.kind}",
     ]
@@ -338,3 +338,12 @@ def _first_leaf(exc: BaseException) -> BaseException:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _store_line(settings: Settings) -> str:
+    """The store as ``harness check`` names it (a PostgreSQL URL never holds its password)."""
+    store = settings.store
+    if store.url is None:
+        return str(settings.store_path)
+    password = f", password from ${store.password_env}" if store.password_env else ""
+    return f"PostgreSQL {store.url}, schema {store.schema or settings.agent_id}{password}"

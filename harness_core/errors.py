@@ -136,6 +136,11 @@ def _connect_failure_reason(failure: BaseException) -> tuple[str, str]:
     return "the connection failed", "address"
 
 
+class StoreUnavailableError(HarnessError):
+    """The agent's PostgreSQL store could not be reached, or it refused the connection. The text
+    names the server (never a password) and the ``[store]`` key to check."""
+
+
 class TaskClosedError(HarnessError):
     """A message was sent to a task that has already ended (completed, failed or canceled)."""
 

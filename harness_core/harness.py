@@ -38,6 +38,7 @@ from harness_core.pool import pool
 from harness_core.push.delivery import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
+from harness_core.store.connection import PostgresLocation
 from harness_core.tasks.pace import TurnPace
 from harness_core.tasks.service import TaskService
 from harness_core.temporal.codec import payload_store_of
@@ -234,9 +235,11 @@ class Harness:
 
     def preflight(self) -> None:
         """Refuse to start, before anything is claimed or opened, for what the agent can tell
-        alone: a secret its plugins declare that is unset or empty (``ConfigError``)."""
+        alone: a secret its plugins declare, or the store's password, unset or empty
+        (``ConfigError``)."""
         try:
             self.plugins.check_secrets(self.settings.label)
+            self.settings.store_location()  # the store's password, when it has one
         except ConfigError as exc:
             self.state, self.failure = AgentState.FAILED, f"{type(exc).__name__}: {exc}"
             log.error("agent %s failed: %s", self.agent_id, self.failure)
@@ -267,7 +270,7 @@ class Harness:
             with anyio.CancelScope() as scope:
                 self._scope = scope
                 async with pool.lease(settings, client=self._client) as connection:
-                    store = await anyio.to_thread.run_sync(TaskStore, settings.store_path)
+                    store = await anyio.to_thread.run_sync(TaskStore, settings.store_location())
                     try:
                         await anyio.to_thread.run_sync(self.plugins.open, store, settings.label)
                     except BaseException:
@@ -529,7 +532,7 @@ class Harness:
 
 
 def _secret_values(settings: Settings, plugins: AgentPlugins) -> list[str]:
-    """The agent's secrets: the Temporal API key, when one is configured, the values of the
+    """The agent's secrets: the Temporal API key and the store's password, when configured, the values of the
     headers it sends to other agents (``[[agents]] headers``) and its plugins' secrets."""
     values: list[str] = []
     for plugin in plugins.plugins:
@@ -539,6 +542,10 @@ def _secret_values(settings: Settings, plugins: AgentPlugins) -> list[str]:
         key = settings.api_key()
         if key:
             values.append(key)
+    if settings.store.password_env is not None:
+        location = settings.store_location()
+        if isinstance(location, PostgresLocation) and location.password:
+            values.append(location.password)
     for remote in settings.agents:
         for header in remote.headers:
             value = os.environ.get(header.split("=", 1)[1], "")

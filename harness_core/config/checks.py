@@ -8,6 +8,7 @@ keys that only one ``temporal.mode`` or ``model.kind`` uses, and ``[[agents]]`` 
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from harness_core.config.sections import AuthConfig, ModelConfig
 from harness_core.config.settings import Settings
@@ -148,6 +149,8 @@ def validate(settings: Settings, label: str) -> None:
         raise bad_duration(
             label, "heartbeat.interval", settings.heartbeat.interval, "be at least 1 second"
         )
+
+    _validate_store(settings, label)
 
     seen_ids: set[str] = {agent.id}
     for index, remote in enumerate(settings.agents):
@@ -338,6 +341,50 @@ def _validate_mcp(settings: Settings, label: str) -> None:
             )
         if server.timeout <= 0:
             raise bad_duration(label, f"{where}.timeout", server.timeout, "be more than 0")
+
+
+def _validate_store(settings: Settings, label: str) -> None:
+    store = settings.store
+    _check_env_name(store.password_env, "store.password_env", label)
+    if store.url is None:
+        for name, value in (("password_env", store.password_env), ("schema", store.schema)):
+            if value is not None:
+                raise ConfigError(
+                    f"{label}: 'store.{name}' is only allowed with store.url (a PostgreSQL store)"
+                )
+        return
+    if store.path is not None:
+        raise ConfigError(
+            f"{label}: 'store.path' and 'store.url' name two stores; keep one "
+            "(url for PostgreSQL, path for a SQLite file)"
+        )
+    parts = urlsplit(store.url)
+    if parts.scheme not in ("postgresql", "postgres") or not (parts.hostname or parts.query):
+        raise bad_value(
+            label,
+            "store.url",
+            store.url,
+            'must be a PostgreSQL URL, "postgresql://USER@HOST:PORT/DATABASE"',
+        )
+    if parts.password is not None or "password=" in parts.query.lower():
+        # Deliberately no value in the message: it holds the password.
+        raise ConfigError(
+            f"{label}: 'store.url' holds a password: never write it into the file; put it in an "
+            "environment variable and name that variable in store.password_env (e.g. "
+            'password_env = "HARNESS_PG_PASSWORD")'
+        )
+    if store.schema is not None and not re.fullmatch(
+        r"[A-Za-z_][A-Za-z0-9_$-]{0,62}", store.schema
+    ):
+        raise bad_value(
+            label,
+            "store.schema",
+            store.schema,
+            "must be a schema name: letters, digits, '_', '-' or '$', at most 63, "
+            "not starting with a digit",
+        )
+    if store.pool_size < 1:
+        raise bad_value(label, "store.pool_size", store.pool_size, "must be at least 1")
 
 
 def _check_headers(headers: tuple[str, ...], where: str, label: str) -> None:

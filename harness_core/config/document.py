@@ -92,6 +92,12 @@ def _check_table(
                     "put it in an environment variable and name that variable in "
                     f'{section}.api_key_env (e.g. api_key_env = "{example}")'
                 )
+    if key == "store" and "password" in table:
+        raise ConfigError(
+            f"{label}: 'store.password' is refused: never write the password into the file; "
+            "put it in an environment variable and name that variable in store.password_env "
+            '(e.g. password_env = "HARNESS_PG_PASSWORD")'
+        )
     checked: dict[str, object] = {}
     for name, item in table.items():
         field = fields.get(name)

@@ -106,6 +106,12 @@ class StoreConfig:
     """``[store]``: where the agent keeps its own state."""
 
     path: Path | None = None  # None means .harness/<agent id>.sqlite3
+    # A PostgreSQL store instead of the SQLite file: "postgresql://user@host:port/database" (no
+    # password in it); the agent's tables go in their own schema of that database.
+    url: str | None = None
+    password_env: str | None = None  # the NAME of the variable holding the password
+    schema: str | None = None  # None means the agent id
+    pool_size: int = 8  # connections this process may hold, at least 1
 
 
 @attrs.frozen

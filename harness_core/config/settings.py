@@ -32,6 +32,7 @@ from harness_core.config.sections import (
 from harness_core.config.values import split_host_port
 from harness_core.config.wording import NO_FILE, bad_value
 from harness_core.errors import ConfigError
+from harness_core.store.connection import PostgresLocation
 
 __all__ = ["Settings"]
 
@@ -142,6 +143,21 @@ class Settings:
             self.card.signing_key_env,
             "card signing key, a private Ed25519 JWK",
             "card.signing_key_env",
+        )
+
+    def store_location(self) -> Path | PostgresLocation:
+        """Where the store is: the SQLite file, or the PostgreSQL database and schema of
+        ``store.url`` (its password read from ``store.password_env``; the error names the
+        variable, never a value)."""
+        if self.store.url is None:
+            return self.store_path
+        return PostgresLocation(
+            url=self.store.url,
+            schema=self.store.schema if self.store.schema is not None else self.agent.id,
+            password=self._secret(
+                self.store.password_env, "PostgreSQL password", "store.password_env"
+            ),
+            pool_size=self.store.pool_size,
         )
 
     def _secret(self, name: str | None, what: str, key: str) -> str | None:

@@ -282,6 +282,12 @@ def ensure_plugin_tables(store: TaskStore, entries: Sequence[StoreEntry], *, lab
     check_store_entries(entries, label)
     if not entries:
         return
+    if store.postgres:
+        names = ", ".join(repr(entry.key) for entry in entries)
+        raise ConfigError(
+            f"{label}: plugin {names} keeps tables of its own, which need the SQLite store for "
+            "now ([store] url names PostgreSQL)"
+        )
     with store.exclusive() as db:
         db.execute(_MIGRATIONS)
     for entry in entries:

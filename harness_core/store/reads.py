@@ -19,10 +19,8 @@ class TaskStoreReads(StoreConnection):
     """The reads of the store, the base of :class:`~harness_core.store.TaskStore`."""
 
     def get(self, task_id: str) -> TaskRecord | None:
-        with self._lock:
-            row = self._db.execute(
-                "SELECT record FROM tasks WHERE task_id = ?", (task_id,)
-            ).fetchone()
+        with self._read() as db:
+            row = db.execute("SELECT record FROM tasks WHERE task_id = ?", (task_id,)).fetchone()
         return None if row is None else record_from_json(row[0])
 
     def messages(self, task_id: str, start: int, end: int) -> list[ProtoJSON]:
@@ -35,8 +33,8 @@ class TaskStoreReads(StoreConnection):
         """Archived messages at positions ``start`` up to ``end``, with who sent each."""
         if end <= start:
             return []
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT body, sender FROM task_messages WHERE task_id = ? AND position >= ? "
                 "AND position < ? ORDER BY position",
                 (task_id, start, end),
@@ -58,8 +56,8 @@ class TaskStoreReads(StoreConnection):
                 "AND p.participant = ?)"
             )
             args = (context_id, agent_id, task_id, participant, limit)
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT m.body, m.sender FROM task_index i JOIN task_messages m "
                 "ON m.task_id = i.task_id WHERE i.context_id = ? AND i.agent_id = ? "
                 f"AND i.task_id != ? AND {who} "
@@ -70,8 +68,8 @@ class TaskStoreReads(StoreConnection):
 
     def message_digest(self, task_id: str, message_id: str) -> str | None:
         """The content digest of an archived message, or None when the task has no such message."""
-        with self._lock:
-            row = self._db.execute(
+        with self._read() as db:
+            row = db.execute(
                 "SELECT digest FROM task_messages WHERE task_id = ? AND message_id = ? LIMIT 1",
                 (task_id, message_id),
             ).fetchone()
@@ -79,8 +77,8 @@ class TaskStoreReads(StoreConnection):
 
     def events(self, task_id: str, after: int, until: int | None = None) -> list[TaskEvent]:
         """Archived events with ``after < seq <= until``."""
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT body FROM task_events WHERE task_id = ? AND seq > ? AND seq <= ? "
                 "ORDER BY seq",
                 (task_id, after, until if until is not None else 2**62),
@@ -89,13 +87,13 @@ class TaskStoreReads(StoreConnection):
 
     def index_row(self, task_id: str) -> IndexRow | None:
         """The task as the listing index has it, with everyone on it; None when it has no row."""
-        with self._lock:
-            row = self._db.execute(
+        with self._read() as db:
+            row = db.execute(
                 f"SELECT {ROW_COLUMNS} FROM task_index WHERE task_id = ?", (task_id,)
             ).fetchone()
             if row is None:
                 return None
-            people = self._db.execute(
+            people = db.execute(
                 "SELECT participant FROM task_participants WHERE task_id = ?", (task_id,)
             ).fetchall()
         return index_row_from(row, tuple(str(p[0]) for p in people))
@@ -138,13 +136,11 @@ class TaskStoreReads(StoreConnection):
         if cursor is not None:
             page_clause += " AND (status_at < ? OR (status_at = ? AND task_id < ?))"
             page_args += [cursor[0], cursor[0], cursor[1]]
-        with self._lock, self._snapshot():
+        with self._snapshot() as db:
             total = int(
-                self._db.execute(
-                    f"SELECT COUNT(*) FROM task_index WHERE {clause}", args
-                ).fetchone()[0]
+                db.execute(f"SELECT COUNT(*) FROM task_index WHERE {clause}", args).fetchone()[0]
             )
-            rows = self._db.execute(
+            rows = db.execute(
                 f"SELECT {ROW_COLUMNS} FROM task_index WHERE {page_clause} "
                 "ORDER BY status_at DESC, task_id DESC LIMIT ?",
                 [*page_args, limit],
@@ -153,19 +149,17 @@ class TaskStoreReads(StoreConnection):
 
     def count_open(self) -> int:
         """How many of the agent's tasks have not ended."""
-        with self._lock:
-            return int(
-                self._db.execute("SELECT COUNT(*) FROM task_index WHERE closed = 0").fetchone()[0]
-            )
+        with self._read() as db:
+            return int(db.execute("SELECT COUNT(*) FROM task_index WHERE closed = 0").fetchone()[0])
 
     def cancel_requested(self, task_id: str) -> bool:
-        with self._lock:
-            row = self._db.execute(
+        with self._read() as db:
+            row = db.execute(
                 "SELECT cancel_requested FROM task_index WHERE task_id = ?", (task_id,)
             ).fetchone()
         return bool(row and row[0])
 
     def get_meta(self, key: str) -> str | None:
-        with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        with self._read() as db:
+            row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])

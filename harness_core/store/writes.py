@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from harness_core.converter import payload_converter
 from harness_core.payloads import Archive, IndexEntry, ProtoJSON, TaskEvent, TaskRecord
+from harness_core.store.connection import PostgresLocation, Session
 from harness_core.store.push_configs import PushConfigStore
 from harness_core.store.reads import TaskStoreReads
 from harness_core.store.rows import (
@@ -23,7 +24,7 @@ from harness_core.store.rows import (
     record_from_json,
     status_micros,
 )
-from harness_core.store.schema import VERSION
+from harness_core.store.schema import SCHEMA, VERSION, statements
 
 __all__ = ["TOMBSTONE_SECONDS", "TaskStore"]
 
@@ -32,30 +33,66 @@ TOMBSTONE_SECONDS = 30 * 86400
 
 
 class TaskStore(TaskStoreReads, PushConfigStore):
-    """One agent's archived tasks in one SQLite file. Thread-safe; open it once per agent."""
+    """One agent's archived tasks, in a SQLite file or a PostgreSQL schema. Thread-safe; open it
+    once per agent in a process (several processes may share it)."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
-        self._migrate()
-        path.chmod(0o600)
+    def __init__(self, location: Path | PostgresLocation) -> None:
+        super().__init__(location)
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()
+            raise
+        if self.path is not None:
+            self.path.chmod(0o600)
 
     def _migrate(self) -> None:
-        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-        if version >= VERSION:
-            return
-        with self._transaction():
+        """Create the tables, and bring a store an older version wrote up to :data:`VERSION`."""
+        with self._write() as db:
+            if isinstance(self.location, PostgresLocation):
+                # Hosts that start together: one creates and migrates, the others wait and see
+                # it done.
+                db.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (self.location.key,))
+                db.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(self.location.schema)}")
+            for statement in statements(SCHEMA):
+                db.execute(statement)
+            version = self._version(db)
+            if version >= VERSION:
+                return
             if version < 2:
-                for (data,) in self._db.execute("SELECT record FROM tasks").fetchall():
+                for (data,) in db.execute("SELECT record FROM tasks").fetchall():
                     raw = cast("dict[str, Any]", json.loads(data))
                     if "task" in raw:
-                        self._split_old_record(raw)
+                        self._split_old_record(db, raw)
                     else:
-                        self._put_participants(str(raw["task_id"]), raw.get("participants") or [])
-            for (data,) in self._db.execute("SELECT record FROM tasks").fetchall():
-                self._index_record(record_from_json(data))
-            self._db.execute(f"PRAGMA user_version = {VERSION}")
+                        self._put_participants(
+                            db, str(raw["task_id"]), raw.get("participants") or []
+                        )
+            if version < 3:
+                for (data,) in db.execute("SELECT record FROM tasks").fetchall():
+                    self._index_record(db, record_from_json(data))
+            if version < 4 and not db.postgres:
+                info = db.execute("PRAGMA table_info(push_configs)").fetchall()
+                columns = {str(row[1]) for row in info}
+                if "added_at" not in columns:
+                    db.execute(
+                        "ALTER TABLE push_configs ADD COLUMN added_at BIGINT NOT NULL DEFAULT 0"
+                    )
+                    db.execute("UPDATE push_configs SET added_at = rowid")
+            db.execute("DELETE FROM schema_version")
+            db.execute("INSERT INTO schema_version (version) VALUES (?)", (VERSION,))
 
-    def _split_old_record(self, raw: dict[str, Any]) -> None:
+    @staticmethod
+    def _version(db: Session) -> int:
+        row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+        if row is not None and row[0] is not None:
+            return int(row[0])
+        if db.postgres:
+            return 0
+        # SQLite files up to version 3 kept it here.
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _split_old_record(self, db: Session, raw: dict[str, Any]) -> None:
         """A version-1 record held the whole task; keep its messages and events as rows."""
         task = cast("dict[str, Any]", raw["task"])
         history = cast("list[ProtoJSON]", task.get("history") or [])
@@ -81,24 +118,26 @@ class TaskStore(TaskStoreReads, PushConfigStore):
             messages=len(history),
             events=len(events),
         )
-        self._write_archive(archive)
-        self._write_record(record)
+        self._write_archive(db, archive)
+        self._write_record(db, record)
 
-    def _put_participants(self, task_id: str, participants: Any) -> None:
-        self._db.executemany(
-            "INSERT OR IGNORE INTO task_participants VALUES (?, ?)",
+    @staticmethod
+    def _put_participants(db: Session, task_id: str, participants: Any) -> None:
+        db.executemany(
+            "INSERT INTO task_participants VALUES (?, ?) ON CONFLICT DO NOTHING",
             [(task_id, str(p)) for p in participants],
         )
 
     # -- writes -----------------------------------------------------------------------------------
 
+    @staticmethod
     def _write_messages(
-        self,
+        db: Session,
         task_id: str,
         first: int,
         messages: tuple[ProtoJSON, ...],
         senders: tuple[tuple[str, str], ...],
-        verb: str = "INSERT OR REPLACE",
+        replace: bool = True,
     ) -> None:
         by_id = dict(senders)
         rows: list[tuple[str, int, str, str, str | None, str]] = []
@@ -114,22 +153,27 @@ class TaskStore(TaskStoreReads, PushConfigStore):
                     dumps(message),
                 )
             )
-        self._db.executemany(f"{verb} INTO task_messages VALUES (?, ?, ?, ?, ?, ?)", rows)
-
-    def _write_archive(self, archive: Archive, verb: str = "INSERT OR REPLACE") -> None:
-        self._write_messages(
-            archive.task_id, archive.first_message, archive.messages, archive.senders, verb
+        db.executemany(
+            "INSERT INTO task_messages VALUES (?, ?, ?, ?, ?, ?) "
+            + (_REPLACE_MESSAGE if replace else "ON CONFLICT DO NOTHING"),
+            rows,
         )
-        self._db.executemany(
-            "INSERT OR REPLACE INTO task_events VALUES (?, ?, ?)",
+
+    def _write_archive(self, db: Session, archive: Archive, replace: bool = True) -> None:
+        self._write_messages(
+            db, archive.task_id, archive.first_message, archive.messages, archive.senders, replace
+        )
+        db.executemany(
+            "INSERT INTO task_events VALUES (?, ?, ?) "
+            "ON CONFLICT (task_id, seq) DO UPDATE SET body = excluded.body",
             [
                 (archive.task_id, event.seq, dumps(payload_converter.unstructure(event)))
                 for event in archive.events
             ],
         )
-        self._put_participants(archive.task_id, archive.participants)
+        self._put_participants(db, archive.task_id, archive.participants)
 
-    def _write_record(self, record: TaskRecord) -> None:
+    def _write_record(self, db: Session, record: TaskRecord) -> None:
         row = (
             record.task_id,
             record.context_id,
@@ -138,19 +182,29 @@ class TaskStore(TaskStoreReads, PushConfigStore):
             record.updated_at,
             dumps(payload_converter.unstructure(record)),
         )
-        self._db.execute("INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)", row)
-        self._put_participants(record.task_id, record.participants)
-        self._index_record(record)
+        db.execute(
+            "INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (task_id) DO UPDATE SET "
+            "context_id = excluded.context_id, agent_id = excluded.agent_id, "
+            "state = excluded.state, updated_at = excluded.updated_at, record = excluded.record",
+            row,
+        )
+        self._put_participants(db, record.task_id, record.participants)
+        self._index_record(db, record)
         # Messages a last turn never took (the task ended first) are no part of it.
-        self._db.execute(
+        db.execute(
             "DELETE FROM task_messages WHERE task_id = ? AND position >= ?",
             (record.task_id, record.messages),
         )
 
-    def _index_record(self, record: TaskRecord) -> None:
+    @staticmethod
+    def _index_record(db: Session, record: TaskRecord) -> None:
         """An ended task in the index: it replaces whatever the index had (nothing moves it on)."""
-        self._db.execute(
-            "INSERT OR REPLACE INTO task_index VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, 0, 0, ?)",
+        db.execute(
+            "INSERT INTO task_index VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, 0, 0, ?) "
+            "ON CONFLICT (task_id) DO UPDATE SET context_id = excluded.context_id, "
+            "agent_id = excluded.agent_id, state = excluded.state, status = excluded.status, "
+            "status_at = excluded.status_at, seq = excluded.seq, messages = excluded.messages, "
+            "closed = 1, busy = 0, cancel_requested = 0, written_at = excluded.written_at",
             (
                 record.task_id,
                 record.context_id,
@@ -164,19 +218,22 @@ class TaskStore(TaskStoreReads, PushConfigStore):
             ),
         )
 
-    def _index_entry(self, entry: IndexEntry) -> None:
+    @staticmethod
+    def _index_entry(db: Session, entry: IndexEntry) -> None:
         """A running task's state in the index, unless the index has it at a later point already
         (or ended): writers race (a turn's activity, the sender's receipt), and the latest event
         wins."""
         archive = entry.archive
-        self._db.execute(
+        db.execute(
             "INSERT INTO task_index VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?) "
             "ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, "
             "status = excluded.status, status_at = excluded.status_at, seq = excluded.seq, "
-            "messages = max(messages, excluded.messages), busy = excluded.busy, "
+            "messages = CASE WHEN excluded.messages > task_index.messages "
+            "THEN excluded.messages ELSE task_index.messages END, busy = excluded.busy, "
             "written_at = excluded.written_at "
-            "WHERE closed = 0 AND (excluded.seq > seq OR (excluded.seq = seq AND "
-            "(excluded.messages > messages OR excluded.busy > busy)))",
+            "WHERE task_index.closed = 0 AND (excluded.seq > task_index.seq OR "
+            "(excluded.seq = task_index.seq AND (excluded.messages > task_index.messages "
+            "OR excluded.busy > task_index.busy)))",
             (
                 archive.task_id,
                 archive.context_id,
@@ -199,36 +256,34 @@ class TaskStore(TaskStoreReads, PushConfigStore):
         senders: tuple[tuple[str, str], ...] = (),
     ) -> None:
         """Keep messages at positions ``first`` on (a turn's new ones, before it reads its history)."""
-        with self._lock, self._transaction():
-            self._write_messages(task_id, first, messages, senders)
+        with self._write() as db:
+            self._write_messages(db, task_id, first, messages, senders)
 
     def archive(self, archive: Archive) -> None:
         """Keep a run's messages and events (a task about to continue as new)."""
-        with self._lock, self._transaction():
-            self._write_archive(archive)
+        with self._write() as db:
+            self._write_archive(db, archive)
 
     def checkpoint(self, entry: IndexEntry, *, partial: bool = False) -> None:
         """Keep what a running task has reached: its new messages and events, and its state in
         the listing index, in one transaction. A ``partial`` entry (a sender's receipt: it knows
         no senders) adds only the rows the store lacks."""
-        with self._lock, self._transaction():
-            self._write_archive(
-                entry.archive, "INSERT OR IGNORE" if partial else "INSERT OR REPLACE"
-            )
-            self._index_entry(entry)
+        with self._write() as db:
+            self._write_archive(db, entry.archive, replace=not partial)
+            self._index_entry(db, entry)
 
     def forget_unstarted(self, task_id: str) -> None:
         """Drop a task the index learned of before its workflow started, if nothing since has
         written over it (its start failed)."""
-        with self._lock, self._transaction():
-            removed = self._db.execute(
+        with self._write() as db:
+            removed = db.execute(
                 "DELETE FROM task_index WHERE task_id = ? AND seq = 0 AND closed = 0 "
                 "AND NOT EXISTS (SELECT 1 FROM task_events e WHERE e.task_id = task_index.task_id)",
                 (task_id,),
             ).rowcount
             if removed:
-                self._db.execute("DELETE FROM task_messages WHERE task_id = ?", (task_id,))
-                self._db.execute("DELETE FROM task_participants WHERE task_id = ?", (task_id,))
+                db.execute("DELETE FROM task_messages WHERE task_id = ?", (task_id,))
+                db.execute("DELETE FROM task_participants WHERE task_id = ?", (task_id,))
 
     def note_progress(self, task_id: str, status: ProtoJSON) -> None:
         """A running turn's latest progress as the task's status in the listing index, so that
@@ -239,8 +294,8 @@ class TaskStore(TaskStoreReads, PushConfigStore):
         it live (another agent's stand-in following this task) knows it for the same status; the
         row is ordered by the time of the write."""
         now = now_micros()
-        with self._lock:
-            self._db.execute(
+        with self._read() as db:
+            db.execute(
                 "UPDATE task_index SET status = ?, status_at = ?, written_at = ? "
                 "WHERE task_id = ? AND closed = 0 AND state = 'TASK_STATE_WORKING'",
                 (dumps(status), now, now, task_id),
@@ -249,16 +304,14 @@ class TaskStore(TaskStoreReads, PushConfigStore):
     def request_cancel(self, task_id: str) -> None:
         """Note that a client asked to cancel the task: its running turn (in any process serving
         the agent) stops at its next look (``cancel_requested``)."""
-        with self._lock:
-            self._db.execute(
-                "UPDATE task_index SET cancel_requested = 1 WHERE task_id = ?", (task_id,)
-            )
+        with self._read() as db:
+            db.execute("UPDATE task_index SET cancel_requested = 1 WHERE task_id = ?", (task_id,))
 
     def store_final(self, archive: Archive, record: TaskRecord) -> None:
         """Keep an ended task: its last run and its summary, in one transaction."""
-        with self._lock, self._transaction():
-            self._write_archive(archive)
-            self._write_record(record)
+        with self._write() as db:
+            self._write_archive(db, archive)
+            self._write_record(db, record)
 
     def sweep(self, ended_before: int, limit: int = 1000) -> list[str]:
         """Remove up to ``limit`` tasks that ended (were last written) before ``ended_before``
@@ -267,10 +320,10 @@ class TaskStore(TaskStoreReads, PushConfigStore):
         leaves a tombstone in the index, so that reads answer not found instead of asking the
         task's workflow, which Temporal may keep longer; tombstones go after
         ``TOMBSTONE_SECONDS``. Returns the ids of the tasks removed."""
-        with self._lock, self._transaction():
+        with self._write() as db:
             ids = [
                 str(row[0])
-                for row in self._db.execute(
+                for row in db.execute(
                     "SELECT task_id FROM task_index WHERE closed = 1 AND written_at < ? LIMIT ?",
                     (ended_before, limit),
                 ).fetchall()
@@ -286,37 +339,58 @@ class TaskStore(TaskStoreReads, PushConfigStore):
                 "task_exchanges",
                 "task_folds",
             ):
-                self._db.executemany(f"DELETE FROM {table} WHERE task_id = ?", rows)
-            # The task's delegations (stand-ins are named <task id>:delegate:...).
-            spans = [(f"{i}:delegate:", f"{i}:delegate;") for i in ids]
+                db.executemany(f"DELETE FROM {table} WHERE task_id = ?", rows)
+            # The task's delegations (stand-ins are named <task id>:delegate:...), by prefix:
+            # not a range, which a PostgreSQL collation would order by other rules than bytes.
+            prefixes = [(f"{i}:delegate:", f"{i}:delegate:") for i in ids]
             for table in ("push_tokens", "remote_tasks"):
-                self._db.executemany(
-                    f"DELETE FROM {table} WHERE standin_id >= ? AND standin_id < ?", spans
+                db.executemany(
+                    f"DELETE FROM {table} WHERE substr(standin_id, 1, length(?)) = ?", prefixes
                 )
-            self._db.executemany(
+            db.executemany(
                 "UPDATE task_index SET closed = 2, status = '{}', written_at = ? WHERE task_id = ?",
                 [(now_micros(), i) for i in ids],
             )
-            self._db.execute(
+            db.execute(
                 "DELETE FROM task_index WHERE closed = 2 AND written_at < ?",
                 (now_micros() - TOMBSTONE_SECONDS * 1_000_000,),
             )
         return ids
 
+    def take_lease(self, name: str, holder: str, seconds: float) -> bool:
+        """Hold the lease ``name`` for ``seconds`` if nobody else holds it (or theirs ran out): the
+        work it names runs in one process of the many that share the store. True when ``holder``
+        has it (a holder may renew its own)."""
+        now = now_micros()
+        with self._read() as db:
+            return (
+                db.execute(
+                    "INSERT INTO leases VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                    "holder = excluded.holder, until_at = excluded.until_at "
+                    "WHERE leases.holder = excluded.holder OR leases.until_at < ?",
+                    (name, holder, now + int(seconds * 1_000_000), now),
+                ).rowcount
+                == 1
+            )
+
+    def release_lease(self, name: str, holder: str) -> None:
+        with self._read() as db:
+            db.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder))
+
     # -- the LLM agent's exchanges and compactions (``harness_core.agents.compaction``) -----------
 
     def put_exchange(self, task_id: str, position: int, exchange: list[Any]) -> None:
         """A turn's tool calls and results (pydantic-ai JSON), by its answer's position."""
-        with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO task_exchanges (task_id, position, exchange) "
-                "VALUES (?, ?, ?)",
+        with self._read() as db:
+            db.execute(
+                "INSERT INTO task_exchanges (task_id, position, exchange) VALUES (?, ?, ?) "
+                "ON CONFLICT (task_id, position) DO UPDATE SET exchange = excluded.exchange",
                 (task_id, position, json.dumps(exchange)),
             )
 
     def exchanges(self, task_id: str, start: int, end: int) -> dict[int, list[Any]]:
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT position, exchange FROM task_exchanges WHERE task_id = ? "
                 "AND position >= ? AND position < ?",
                 (task_id, start, end),
@@ -325,8 +399,8 @@ class TaskStore(TaskStoreReads, PushConfigStore):
 
     def latest_fold(self, task_id: str) -> tuple[int, int, str] | None:
         """The task's latest compaction that has its summary: (first, upto, summary)."""
-        with self._lock:
-            row = self._db.execute(
+        with self._read() as db:
+            row = db.execute(
                 "SELECT first, upto, summary FROM task_folds WHERE task_id = ? AND summary "
                 "IS NOT NULL ORDER BY upto DESC LIMIT 1",
                 (task_id,),
@@ -335,24 +409,24 @@ class TaskStore(TaskStoreReads, PushConfigStore):
 
     def fold_state(self, task_id: str, upto: int) -> tuple[bool, str | None]:
         """(the listeners heard of it, its summary) for the fold up to ``upto``."""
-        with self._lock:
-            row = self._db.execute(
+        with self._read() as db:
+            row = db.execute(
                 "SELECT notified, summary FROM task_folds WHERE task_id = ? AND upto = ?",
                 (task_id, upto),
             ).fetchone()
         return (False, None) if row is None else (bool(row[0]), row[1])
 
     def fold_notified(self, task_id: str, first: int, upto: int) -> None:
-        with self._lock:
-            self._db.execute(
+        with self._read() as db:
+            db.execute(
                 "INSERT INTO task_folds (task_id, upto, first, notified) VALUES (?, ?, ?, 1) "
                 "ON CONFLICT (task_id, upto) DO UPDATE SET notified = 1",
                 (task_id, upto, first),
             )
 
     def fold_summary(self, task_id: str, first: int, upto: int, summary: str) -> None:
-        with self._lock:
-            self._db.execute(
+        with self._read() as db:
+            db.execute(
                 "INSERT INTO task_folds (task_id, upto, first, summary) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT (task_id, upto) DO UPDATE SET summary = excluded.summary",
                 (task_id, upto, first, summary),
@@ -361,16 +435,16 @@ class TaskStore(TaskStoreReads, PushConfigStore):
     # -- workspaces (``harness_core.agents.workspace``) ----------------------------------------------
 
     def workspace_read(self, task_id: str, path: str) -> str | None:
-        with self._lock:
-            row = self._db.execute(
+        with self._read() as db:
+            row = db.execute(
                 "SELECT content FROM workspace_files WHERE task_id = ? AND path = ?",
                 (task_id, path),
             ).fetchone()
         return None if row is None else str(row[0])
 
     def workspace_write(self, task_id: str, path: str, content: str) -> None:
-        with self._lock:
-            self._db.execute(
+        with self._read() as db:
+            db.execute(
                 "INSERT INTO workspace_files (task_id, path, content, size, updated_at) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id, path) DO UPDATE SET "
                 "content = excluded.content, size = excluded.size, updated_at = excluded.updated_at",
@@ -378,20 +452,35 @@ class TaskStore(TaskStoreReads, PushConfigStore):
             )
 
     def workspace_delete(self, task_id: str, path: str) -> bool:
-        with self._lock:
-            cursor = self._db.execute(
+        with self._read() as db:
+            cursor = db.execute(
                 "DELETE FROM workspace_files WHERE task_id = ? AND path = ?", (task_id, path)
             )
-        return cursor.rowcount > 0
+            return cursor.rowcount > 0
 
     def workspace_list(self, task_id: str) -> list[tuple[str, int]]:
-        with self._lock:
-            rows = self._db.execute(
+        with self._read() as db:
+            rows = db.execute(
                 "SELECT path, size FROM workspace_files WHERE task_id = ? ORDER BY path",
                 (task_id,),
             ).fetchall()
         return [(str(path), int(size)) for path, size in rows]
 
     def set_meta(self, key: str, value: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+        with self._read() as db:
+            db.execute(
+                "INSERT INTO meta VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+
+#: A message written again at its position (a retried activity, a run's archive) replaces it.
+_REPLACE_MESSAGE = (
+    "ON CONFLICT (task_id, position) DO UPDATE SET message_id = excluded.message_id, "
+    "digest = excluded.digest, sender = excluded.sender, body = excluded.body"
+)
+
+
+def quote_identifier(name: str) -> str:
+    """A PostgreSQL identifier, quoted (a schema named after an agent id may hold ``-``)."""
+    return '"' + name.replace('"', '""') + '"'

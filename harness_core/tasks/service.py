@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import sqlite3
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -58,6 +57,7 @@ from harness_core.payloads import (
 from harness_core.push.configs import TaskPushes
 from harness_core.secrets import SECRETS
 from harness_core.store import content_digest
+from harness_core.store.connection import STORE_ERRORS
 from harness_core.tasks.state import task_closed_message
 from harness_core.tasks.views import not_found
 from harness_core.tasks.workflow import TaskWorkflow
@@ -232,13 +232,13 @@ class TaskService(TaskPushes):
         )
         try:
             await anyio.to_thread.run_sync(partial(self._store.checkpoint, entry, partial=True))
-        except sqlite3.Error as error:
+        except STORE_ERRORS as error:
             log.warning("task %s: the index did not take it: %s", start.task_id, error)
 
     async def _forget_start(self, task_id: str) -> None:
         """The start failed here: take back the entry if no workflow wrote over it (if the start
         did happen after all, the workflow writes again when its turn starts)."""
-        with anyio.CancelScope(shield=True), contextlib.suppress(sqlite3.Error):
+        with anyio.CancelScope(shield=True), contextlib.suppress(*STORE_ERRORS):
             await anyio.to_thread.run_sync(self._store.forget_unstarted, task_id)
 
     async def _retrying(self, call: Callable[[], Awaitable[Receipt]]) -> Receipt:
@@ -322,7 +322,7 @@ class TaskService(TaskPushes):
         )
         try:
             await anyio.to_thread.run_sync(partial(self._store.checkpoint, entry, partial=True))
-        except sqlite3.Error as error:
+        except STORE_ERRORS as error:
             log.warning("task %s: the index did not take the receipt: %s", task_id, error)
 
     async def _deliver_existing(self, task_id: str, inbound: Inbound) -> Delivery:
@@ -435,7 +435,7 @@ class TaskService(TaskPushes):
             raise TaskNotCancelableError(f"task {task_id} has already ended")
         # A turn that holds the workflow's task (a local activity) learns of the cancel from the
         # index, where it looks twice a second, long before the signal could reach the workflow.
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(*STORE_ERRORS):
             await anyio.to_thread.run_sync(self._store.request_cancel, task_id)
 
         async def cancel_and_wait(client: Client) -> TaskRecord:

@@ -241,6 +241,7 @@ async def _alices_task_shared_with_bob(harness: Harness, url: str) -> str:
         task = await send_blocking(alice, user_message("our report"))
     assert task.status.state == TaskState.TASK_STATE_COMPLETED
     store = harness.tasks._store  # pyright: ignore[reportPrivateUsage]
+    assert store.path is not None
     with contextlib.closing(sqlite3.connect(store.path)) as db, db:
         db.execute("INSERT INTO task_participants VALUES (?, ?)", (task.id, "bob"))
     view = await harness.tasks.view(task.id, "bob")

@@ -17,6 +17,7 @@ from harness_core.payloads import (
     may_access,
 )
 from harness_core.store import TaskStore, content_digest, parse_timestamp
+from harness_core.store.connection import PostgresLocation
 from harness_core.tasks.service import derive_task_id
 
 
@@ -82,8 +83,10 @@ def test_a_retried_first_message_derives_the_same_task_id_and_another_message_do
     assert derive_task_id("billing", "alice", "m-1", other) != first
 
 
-def test_the_store_keeps_records_across_reopening_and_lists_newest_first(tmp_path: Path) -> None:
-    path = tmp_path / "agent.sqlite3"
+def test_the_store_keeps_records_across_reopening_and_lists_newest_first(
+    store_location: Path | PostgresLocation,
+) -> None:
+    path = store_location
     store = _Store(path)
     store.put(record("old", at="2026-01-01T00:00:00Z"))
     store.put(record("new", context="other", at="2026-01-02T00:00:00Z"))
@@ -113,12 +116,14 @@ def test_the_store_keeps_records_across_reopening_and_lists_newest_first(tmp_pat
         since = parse_timestamp("2026-01-02T00:00:00Z")
         recent, _ = listing(participant="alice", status_after=since)
         assert [r.task_id for r in recent] == ["failed", "new"]
-        # The side files of WAL mode hold the same data: owner only, like the database.
-        sides = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
-        assert [side.stat().st_mode & 0o777 for side in sides] == [0o600, 0o600]
+        if isinstance(path, Path):
+            # The side files of WAL mode hold the same data: owner only, like the database.
+            sides = [path.with_name(path.name + suffix) for suffix in ("-wal", "-shm")]
+            assert [side.stat().st_mode & 0o777 for side in sides] == [0o600, 0o600]
     finally:
         reopened.close()
-    assert path.stat().st_mode & 0o777 == 0o600
+    if isinstance(path, Path):
+        assert path.stat().st_mode & 0o777 == 0o600
 
 
 def test_the_access_policy_admits_members_and_anonymous_callers_to_anonymous_tasks_only() -> None:
@@ -129,8 +134,10 @@ def test_the_access_policy_admits_members_and_anonymous_callers_to_anonymous_tas
     assert not may_access((), "alice")
 
 
-def test_the_store_lists_only_the_tasks_a_participant_is_on(tmp_path: Path) -> None:
-    store = _Store(tmp_path / "agent.sqlite3")
+def test_the_store_lists_only_the_tasks_a_participant_is_on(
+    store_location: Path | PostgresLocation,
+) -> None:
+    store = _Store(store_location)
     try:
         store.put(record("alices", participants=("alice",)))
         store.put(record("shared", participants=("alice", "bob"), at="2026-01-02T00:00:00Z"))
@@ -206,11 +213,11 @@ def entry(seq: int, state: str, *, messages: int = 1, busy: bool = False) -> Ind
 
 
 def test_the_index_keeps_the_latest_state_whatever_order_its_writers_arrive_in(
-    tmp_path: Path,
+    store_location: Path | PostgresLocation,
 ) -> None:
     """A turn's write and a sender's receipt race: a stale entry never moves a task back, a
     message accepted at the same event makes it busy, and an ended task stays ended."""
-    store = _Store(tmp_path / "agent.sqlite3")
+    store = _Store(store_location)
     try:
         store.checkpoint(entry(3, "TASK_STATE_INPUT_REQUIRED"))
         store.checkpoint(entry(2, "TASK_STATE_WORKING", busy=True), partial=True)

