@@ -7,7 +7,8 @@ and what a live stream may hold.
 - **The sweep** (``[retention] ended_ttl``): the heartbeat's activity removes the records of tasks
   that ended longer ago, leaving tombstones in the index, then releases their references to the
   claim check's payloads and collects the payloads no task refers to any more
-  (:class:`Sweep`; the payload store's own rules keep a racing ``put`` safe).
+  (:class:`Sweep`; the payload store's own rules keep a racing ``put`` safe). Hosts that share
+  a store sweep one at a time: the sweep runs under a lease in the store (:data:`SWEEP_LEASE`).
 - **Stream caps**: what one open stream may have waiting (:data:`MAX_PENDING`) and what a running
   turn keeps for streams that join late (:data:`MAX_KEPT`); past them a stream reads the durable log
   alone, so a slow client never holds memory.
@@ -18,14 +19,17 @@ This module imports nothing with I/O at module level: the task state machine use
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
+import uuid
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harness_core.store import TaskStore
     from harness_core.temporal.codec import PayloadStore
 
-__all__ = ["MAX_KEPT", "MAX_PENDING", "Sweep", "expiry_text", "idle_limit"]
+__all__ = ["MAX_KEPT", "MAX_PENDING", "SWEEP_LEASE", "Sweep", "expiry_text", "idle_limit"]
 
 log = logging.getLogger("harness.retention")
 
@@ -38,6 +42,10 @@ MAX_KEPT = 1024
 RECENT_TURNS = 4096
 #: Ended tasks removed by one statement of the sweep (it goes on until fewer are left).
 SWEEP_BATCH = 1000
+#: The lease a sweep holds in the store, and for how long at most (a host killed mid-sweep
+#: leaves it to run out).
+SWEEP_LEASE = "retention-sweep"
+SWEEP_LEASE_SECONDS = 600.0
 
 
 def idle_limit(idle_seconds: float, waiting_for_input: bool) -> float | None:
@@ -71,12 +79,23 @@ class Sweep:
         self.payloads = payloads
         # 0: ended tasks are kept.
         self.ended_ttl = ended_ttl
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
     def __call__(self) -> tuple[int, int]:
         """Remove what ended longer than ``ended_ttl`` ago: tasks, then the payloads that no task
-        refers to any more. Returns how many of each. Blocking: run it in a worker thread."""
+        refers to any more. Returns how many of each; (0, 0) when another host holds the sweep's
+        lease. Blocking: run it in a worker thread."""
         if not self.ended_ttl:
             return 0, 0
+        if not self.store.take_lease(SWEEP_LEASE, self.holder, SWEEP_LEASE_SECONDS):
+            log.info("agent %s: another host is sweeping; this one leaves it", self.agent_id)
+            return 0, 0
+        try:
+            return self._sweep()
+        finally:
+            self.store.release_lease(SWEEP_LEASE, self.holder)
+
+    def _sweep(self) -> tuple[int, int]:
         before = int((time.time() - self.ended_ttl) * 1_000_000)
         tasks = 0
         payloads = 0

@@ -11,18 +11,25 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import anyio
 import pytest
+from a2a.types import CancelTaskRequest, GetTaskRequest, ListTasksRequest, Task, TaskState
 
-from harness_core import settings_from_mapping
+from harness_core import Gate, Harness, ScriptedModel, settings_from_mapping
 from harness_core.errors import ConfigError, StoreUnavailableError
 from harness_core.payloads import Archive, TaskEvent, TaskRecord
 from harness_core.plugins import Plugin, PluginStore, PluginTables
 from harness_core.plugins.runtime import load_plugins
+from harness_core.retention import SWEEP_LEASE, Sweep
 from harness_core.store import TaskStore
 from harness_core.store.connection import PostgresLocation
 from harness_core.store.schema import VERSION
+from tests.conftest import a2a_client, serving, unique_id, user_message
+from tests.integration.test_a2a_methods import send_blocking
 
 
 def ended(
@@ -280,3 +287,73 @@ def test_plugin_tables_on_a_postgresql_store_are_refused_naming_the_plugin(
         assert "billing.toml" in str(caught.value)
     finally:
         store.close()
+
+
+def test_hosts_sharing_a_store_sweep_one_at_a_time(
+    store_location: Path | PostgresLocation,
+) -> None:
+    """The sweep runs under a lease in the store: while another host holds it, this one removes
+    nothing; once it is released (or runs out), this one sweeps."""
+    store = TaskStore(store_location)
+    try:
+        store.store_final(*ended("old"))
+        time.sleep(0.01)  # the clock passes the tiny ended_ttl below
+        other, this = Sweep("agent", store, None, 1e-6), Sweep("agent", store, None, 1e-6)
+        assert store.take_lease(SWEEP_LEASE, other.holder, 60)
+        assert this() == (0, 0)
+        assert store.get("old") is not None
+        store.release_lease(SWEEP_LEASE, other.holder)
+        assert this() == (1, 0)
+        assert store.get("old") is None
+        # Released after the sweep: the other host may take its turn.
+        assert store.take_lease(SWEEP_LEASE, other.holder, 60)
+    finally:
+        store.close()
+
+
+@pytest.mark.anyio
+async def test_an_agent_on_a_postgresql_store_answers_lists_cancels_and_restarts(
+    make_harness: Callable[..., Harness], postgres_url: str
+) -> None:
+    """The whole agent on the PostgreSQL store, under each backend: a turn's task is read and
+    listed while it runs, canceled by another caller, a second task completes, and a restarted
+    agent lists both from the store."""
+    agent_id = unique_id("pg")
+    gate = Gate()
+    store = {"url": postgres_url}
+    harness = make_harness(ScriptedModel(["never", "done"], gate=gate), agent_id, store=store)
+    answers: list[Task] = []
+    async with (
+        serving(harness) as url,
+        a2a_client(url, streaming=False) as client,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def send() -> None:
+            answers.append(await send_blocking(client, user_message("forever")))
+
+        tg.start_soon(send)
+        with anyio.fail_after(30):
+            await gate.wait_entered()
+            [running] = (await client.list_tasks(ListTasksRequest())).tasks
+            assert running.status.state == TaskState.TASK_STATE_WORKING
+            got = await client.get_task(GetTaskRequest(id=running.id))
+            assert [m.parts[0].text for m in got.history] == ["forever"]
+            canceled = await client.cancel_task(CancelTaskRequest(id=running.id))
+            assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+        gate.release()
+        with anyio.fail_after(30):
+            done = await send_blocking(client, user_message("again"))
+        assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert answers[0].status.state == TaskState.TASK_STATE_CANCELED
+
+    again = make_harness(ScriptedModel([]), agent_id, store=store)
+    async with serving(again) as url, a2a_client(url, streaming=False) as client:
+        listed = await client.list_tasks(ListTasksRequest())
+        states = {t.id: t.status.state for t in listed.tasks}
+        assert states == {
+            running.id: TaskState.TASK_STATE_CANCELED,
+            done.id: TaskState.TASK_STATE_COMPLETED,
+        }
+        got = await client.get_task(GetTaskRequest(id=done.id))
+        assert [m.parts[0].text for m in got.history] == ["again", "done"]
