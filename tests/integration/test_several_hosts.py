@@ -153,4 +153,4 @@ def test_a_task_started_on_one_host_is_served_by_the_other_and_survives_a_sigkil
     seqs = [float(u["metadata"]["harness.seq"]) for u in updates]
     assert seqs and min(seqs) > 1 and seqs == sorted(seqs)
     assert updates[-1]["status"]["state"] == "TASK_STATE_COMPLETED"
-    assert "Traceback" not in second.log
+    assert second is not None and "Traceback" not in second.log

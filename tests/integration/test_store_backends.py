@@ -323,6 +323,7 @@ async def test_an_agent_on_a_postgresql_store_answers_lists_cancels_and_restarts
     store = {"url": postgres_url}
     harness = make_harness(ScriptedModel(["never", "done"], gate=gate), agent_id, store=store)
     answers: list[Task] = []
+    seen: list[Task] = []
     async with (
         serving(harness) as url,
         a2a_client(url, streaming=False) as client,
@@ -336,6 +337,7 @@ async def test_an_agent_on_a_postgresql_store_answers_lists_cancels_and_restarts
         with anyio.fail_after(30):
             await gate.wait_entered()
             [running] = (await client.list_tasks(ListTasksRequest())).tasks
+            seen.append(running)
             assert running.status.state == TaskState.TASK_STATE_WORKING
             got = await client.get_task(GetTaskRequest(id=running.id))
             assert [m.parts[0].text for m in got.history] == ["forever"]
@@ -345,7 +347,9 @@ async def test_an_agent_on_a_postgresql_store_answers_lists_cancels_and_restarts
         with anyio.fail_after(30):
             done = await send_blocking(client, user_message("again"))
         assert done.status.state == TaskState.TASK_STATE_COMPLETED
+        seen.append(done)
     assert answers[0].status.state == TaskState.TASK_STATE_CANCELED
+    running, done = seen
 
     again = make_harness(ScriptedModel([]), agent_id, store=store)
     async with serving(again) as url, a2a_client(url, streaming=False) as client:
