@@ -50,6 +50,7 @@ from harness_asgi.signing import JWKS_PATH, CardSigner, create_jwks_routes, regi
 from harness_asgi.tenants import TenantEndpoint
 from harness_core.harness import AgentState, Harness
 from harness_core.logs import agent_context
+from harness_core.telemetry import traced_app
 
 if TYPE_CHECKING:
     from harness_core.group import HarnessGroup
@@ -442,7 +443,8 @@ class HarnessApp:
                 allow_headers=_CORS_HEADERS,
             )
         self.drain = Drain(app, harness.agent_id)
-        self._app: ASGIApp = self.drain
+        # A server span per request while tracing is on, its parent the caller's traceparent.
+        self._app: ASGIApp = traced_app(self.drain)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -242,8 +242,14 @@ def _serve(args: argparse.Namespace) -> int:
         log.info(note)
     for note in notes[1:]:
         log.warning(note)
+    from harness_core import telemetry
+
     group = HarnessGroup(*(Harness(s) for s in settings), bind=args.bind)
-    anyio.run(group.serve, backend=args.backend)
+    telemetry.configure_from_env()
+    try:
+        anyio.run(group.serve, backend=args.backend)
+    finally:
+        telemetry.shutdown()  # the spans still batched go out before the process ends
     log.info("stopped")
     return 0
 

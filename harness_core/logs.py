@@ -27,6 +27,7 @@ from typing import Any, Literal, TextIO
 
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
+from harness_core import telemetry
 from harness_core.errors import ConfigError
 from harness_core.secrets import SECRETS
 
@@ -173,7 +174,8 @@ class RedactingFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, and when present
-    ``agent``, ``exc`` (the formatted traceback) and ``stack`` (``stack_info``); secrets masked.
+    ``agent``, ``trace_id`` and ``span_id`` (the current span's, while tracing is on), ``exc``
+    (the formatted traceback) and ``stack`` (``stack_info``); secrets masked.
 
     Field values are masked before serializing, because a secret holding a character that JSON
     escapes (a quote, a backslash, a control character) no longer appears verbatim in the line; the
@@ -191,6 +193,9 @@ class JsonFormatter(logging.Formatter):
         agent = _agent_of(record)
         if agent is not None:
             entry["agent"] = agent
+        ids = telemetry.trace_ids()
+        if ids is not None:
+            entry["trace_id"], entry["span_id"] = ids
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         elif record.exc_text:

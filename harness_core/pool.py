@@ -30,6 +30,7 @@ from temporalio.runtime import (
     TelemetryFilter,
 )
 
+from harness_core import telemetry
 from harness_core.bridge import TemporalBridge, current_backend, open_bridge
 from harness_core.config import Settings
 from harness_core.embedded import EmbeddedServer, open_embedded_temporal
@@ -271,6 +272,7 @@ class TemporalPool:
                         namespace=namespace,
                         data_converter=data_converter,
                         runtime=temporal_runtime(),
+                        interceptors=telemetry.client_interceptors(),
                     )
                     try:
                         return await connecting
@@ -296,6 +298,7 @@ class TemporalPool:
                 tls=tls,
                 data_converter=data_converter,
                 runtime=temporal_runtime(),
+                interceptors=telemetry.client_interceptors(),
             )
             try:
                 return await connecting
@@ -345,6 +348,7 @@ async def _connect_shared(address: str, namespace: str, data_converter: Any) -> 
             namespace=namespace,
             data_converter=data_converter,
             runtime=temporal_runtime(),
+            interceptors=telemetry.client_interceptors(),
         )
     except RuntimeError as exc:  # "Failed client connect: <Rust transport error>"
         raise EmbeddedTemporalError.connect_failed(address, exc) from exc

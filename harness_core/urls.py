@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from harness_core import telemetry
 from harness_core.errors import ConfigError
 
 __all__ = ["http_client", "normalize_prefix", "public_url"]
@@ -30,7 +31,11 @@ def _tls() -> ssl.SSLContext:
 
 def http_client(**options: Any) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` with ``options`` that shares the process's TLS context: a
-    delegation's calls and a webhook's delivery each make one, so it must be cheap."""
+    delegation's calls and a webhook's delivery each make one, so it must be cheap. While tracing
+    is on, each of its requests carries the current trace (``traceparent``)."""
+    hooks = telemetry.request_hooks()
+    if hooks:
+        options = {**options, "event_hooks": hooks}
     return httpx.AsyncClient(verify=_tls(), **options)
 
 

@@ -61,6 +61,8 @@ PASSTHROUGH = (
     "harness_core.temporal.names",
     "attrs",
     "cattrs",
+    # Temporal's tracing interceptor, while tracing is on: one tracer state for every run.
+    "opentelemetry",
 )
 _RUNNER = SandboxedWorkflowRunner(
     restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import attrs
 import httpx
 
+from harness_core import telemetry
 from harness_core.agents.turn import DataPart, FilePart, Part, TextPart, TurnMessage
 from harness_core.errors import INSTALL_MODELS, HarnessError
 
@@ -344,6 +345,19 @@ async def request(
     :class:`ModelCallError` (the provider's exception is its ``__cause__``). If the caller is
     cancelled, the stream is closed and the cancellation propagates; nothing is retried here.
     """
+    attributes = {"gen_ai.request.model": model.model_name, "gen_ai.system": model.system}
+    with telemetry.span("model request", attributes):
+        return await _request(model, messages, tools, on_text_delta, settings, stream)
+
+
+async def _request(
+    model: Model,
+    messages: Sequence[pai.ModelMessage],
+    tools: Sequence[ToolDefinition],
+    on_text_delta: Callable[[str], Awaitable[None]] | None,
+    settings: ModelSettings | None,
+    stream: bool,
+) -> pai.ModelResponse:
     parameters = ModelRequestParameters(function_tools=list(tools), allow_text_output=True)
     # What the handler raises is the caller's, not the model's: it must not be classified (an
     # httpx error from a handler that publishes deltas would look like a model server failure).

@@ -355,3 +355,12 @@ async def test_a_sync_activity_runs_as_the_interceptors_agent_in_a_thread_withou
     assert (agent, arg) == ("billing", "arg")
     assert thread.startswith("activity")
     assert leftover is None
+
+
+def test_traces_are_off_unless_the_otel_variables_ask_for_them() -> None:
+    from harness_core import telemetry
+
+    assert telemetry.configure_from_env({}) is False
+    assert telemetry.configure_from_env({"OTEL_TRACES_EXPORTER": "none"}) is False
+    with pytest.raises(ConfigError, match="OTEL_TRACES_EXPORTER is 'zipkin'"):
+        telemetry.configure_from_env({"OTEL_TRACES_EXPORTER": "zipkin"})

@@ -1,0 +1,156 @@
+"""Traces end to end: one request to agent a, which delegates to agent b over A2A, is one trace
+(the SDK's in-memory exporter collects it), on both backends: a's request span, its workflow and
+turn, the delegation, the A2A call to b (its ``traceparent`` taken by b's request span), b's
+workflow and turn, and the answer back in a's next turn. JSON log lines name the trace.
+
+Off (no tracer provider), no span is made, no ``traceparent`` leaves the process.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from a2a.types import TaskState
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from harness_core import Complete, Delegate, Delegation, Harness, TurnContext, telemetry
+from harness_core.agents.turn import TurnResult
+from harness_core.logs import JsonFormatter
+from tests.conftest import a2a_client, agent_settings, serving, unique_id, user_message
+from tests.integration.test_a2a_methods import send_blocking
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with telemetry.use(provider):
+        yield exporter
+    provider.shutdown()
+
+
+class Pair:
+    def __init__(self) -> None:
+        self.ids = {"a": unique_id("a"), "b": unique_id("b")}
+        self.headers: list[dict[str, str]] = []
+
+    async def a(self, ctx: TurnContext) -> TurnResult:
+        logging.getLogger("harness.test").info("a's turn %d", ctx.number)
+        if ctx.number == 1:
+            return Delegate(Delegation(self.ids["b"], "what is the answer?"))
+        return Complete(f"b said: {ctx.new_messages[-1].text}")
+
+    async def b(self, ctx: TurnContext) -> TurnResult:
+        return Complete("42")
+
+
+def harnesses(tmp_path: Path, address: str, pair: Pair) -> list[Harness]:
+    return [
+        Harness(
+            agent_settings(tmp_path / name, address, pair.ids[name]),
+            agent=getattr(pair, name),
+            prefix=f"/agents/{pair.ids[name]}",
+        )
+        for name in "ab"
+    ]
+
+
+def tree(spans: list[ReadableSpan]) -> dict[int, ReadableSpan]:
+    return {span.context.span_id: span for span in spans if span.context is not None}
+
+
+def ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[str]:
+    names: list[str] = []
+    parent = span.parent
+    while parent is not None and parent.span_id in by_id:
+        above = by_id[parent.span_id]
+        names.append(above.name)
+        parent = above.parent
+    return names
+
+
+async def test_a_delegated_request_is_one_trace_across_both_agents(
+    tmp_path: Path, temporal_address: str, spans: InMemorySpanExporter
+) -> None:
+    pair = Pair()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("harness.test")
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        async with (
+            serving(*harnesses(tmp_path, temporal_address, pair)) as url,
+            a2a_client(f"{url}/agents/{pair.ids['a']}", streaming=False) as client,
+        ):
+            task = await send_blocking(client, user_message("ask b"))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == "b said: 42"
+
+    finished = list(spans.get_finished_spans())
+    by_id = tree(finished)
+    a_post, b_post = f"POST /agents/{pair.ids['a']}/", f"POST /agents/{pair.ids['b']}/"
+    [root] = [s for s in finished if s.name == a_post]
+    assert root.parent is None and root.context is not None
+    trace_id = root.context.trace_id
+    ours = [s for s in finished if s.context is not None and s.context.trace_id == trace_id]
+
+    def named(name: str) -> list[ReadableSpan]:
+        return sorted((s for s in ours if s.name == name), key=lambda s: s.start_time or 0)
+
+    # a's request, its workflow and turn, the delegation and its send to b.
+    [send] = named("RunActivity:delegate_send")
+    assert a_post in ancestors(send, by_id)
+    assert "RunWorkflow:DelegationWorkflow.2" in [s.name for s in ours]
+    # b's request is a child of that send (its traceparent), and b's turn runs under it.
+    [b_request] = named(b_post)
+    assert ancestors(b_request, by_id)[0] == "RunActivity:delegate_send"
+    turns = named("RunActivity:run_turn")
+    b_turns = [t for t in turns if b_post in ancestors(t, by_id)]
+    a_turns = [t for t in turns if b_post not in ancestors(t, by_id)]
+    assert len(b_turns) == 1 and len(a_turns) == 2, [ancestors(t, by_id) for t in turns]
+    assert all(a_post in ancestors(t, by_id) for t in turns)
+    # In order: a's first turn, the send, b's turn, then a's turn with b's answer.
+    assert (a_turns[0].start_time or 0) < (send.start_time or 0)
+    assert (send.start_time or 0) < (b_turns[0].start_time or 0)
+    assert (b_turns[0].end_time or 0) < (a_turns[1].start_time or 0)
+    # The ASGI spans are the requests only (not each send and receive of their bodies).
+    assert not [s for s in ours if s.name.endswith((" http send", " http receive"))]
+    # A JSON log line of a's turn names the trace.
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert any(line.get("trace_id") == f"{trace_id:032x}" for line in lines), lines
+
+
+async def test_with_tracing_off_nothing_is_added(tmp_path: Path, temporal_address: str) -> None:
+    """No provider: the Temporal clients have no interceptor, the outgoing calls no trace header,
+    and the delegation still completes."""
+    pair = Pair()
+    with telemetry.use(None):
+        assert not telemetry.enabled()
+        assert telemetry.request_hooks() == {}
+        carrier: dict[str, str] = {}
+        telemetry.inject(carrier)
+        assert carrier == {}
+        a, b = harnesses(tmp_path, temporal_address, pair)
+        async with (
+            serving(a, b) as url,
+            a2a_client(f"{url}/agents/{pair.ids['a']}", streaming=False) as client,
+        ):
+            assert a.tasks.connection.client.config()["interceptors"] == []
+            task = await send_blocking(client, user_message("ask b"))
+    assert task.status.message.parts[0].text == "b said: 42"
