@@ -342,10 +342,6 @@ def _first_leaf(exc: BaseException) -> BaseException:
     return cast("BaseException", leaf)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _store_line(settings: Settings) -> str:
     """The store as ``harness check`` names it (a PostgreSQL URL never holds its password)."""
     store = settings.store
@@ -353,3 +349,7 @@ def _store_line(settings: Settings) -> str:
         return str(settings.store_path)
     password = f", password from ${store.password_env}" if store.password_env else ""
     return f"PostgreSQL {store.url}, schema {store.schema or settings.agent_id}{password}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

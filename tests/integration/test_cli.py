@@ -152,6 +152,27 @@ def test_check_prints_what_would_run(config: tuple[Path, int]) -> None:
     assert "embedded dev server" in result.stdout
 
 
+def test_check_names_a_postgresql_store_without_its_password(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        """
+        [agent]
+        id = "billing"
+
+        [store]
+        url = "postgresql://harness@db.internal:5432/agents"
+        password_env = "HARNESS_PG_PASSWORD"
+        """,
+    )
+    result = harness("check", str(path), env={**os.environ, "HARNESS_PG_PASSWORD": "pw-s3cret"})
+    assert result.returncode == 0, result.stderr
+    assert (
+        "store:    PostgreSQL postgresql://harness@db.internal:5432/agents, schema billing, "
+        "password from $HARNESS_PG_PASSWORD"
+    ) in result.stdout
+    assert "pw-s3cret" not in result.stdout + result.stderr
+
+
 def _script(*args: str, cwd: Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """The installed ``harness`` console script, run in ``cwd`` (as a user runs it)."""
     script = Path(sys.executable).parent / "harness"

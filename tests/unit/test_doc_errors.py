@@ -265,6 +265,36 @@ MORE = [
     ),
     ('[store]\npath = ""\n', "'store.path' is '': must not be empty; leave it out for the default"),
     ("[store]\npath = 5\n", "'store.path' must be a path string, got integer"),
+    (
+        '[store]\nurl = "postgresql://app:hunter2@db.internal/agents"\n',
+        "'store.url' holds a password: never write it into the file; put it in an environment "
+        "variable and name that variable in store.password_env "
+        '(e.g. password_env = "HARNESS_PG_PASSWORD")',
+    ),
+    (
+        '[store]\nurl = "postgresql://app@db.internal/agents"\npassword = "x"\n',
+        "'store.password' is refused: never write the password into the file; put it in an "
+        "environment variable and name that variable in store.password_env "
+        '(e.g. password_env = "HARNESS_PG_PASSWORD")',
+    ),
+    (
+        '[store]\nurl = "postgresql://app@db.internal/agents"\npath = "a.sqlite3"\n',
+        "'store.path' and 'store.url' name two stores; keep one "
+        "(url for PostgreSQL, path for a SQLite file)",
+    ),
+    (
+        '[store]\nurl = "mysql://app@db.internal/agents"\n',
+        "'store.url' is 'mysql://app@db.internal/agents': must be a PostgreSQL URL, "
+        '"postgresql://USER@HOST:PORT/DATABASE"',
+    ),
+    (
+        '[store]\nschema = "billing"\n',
+        "'store.schema' is only allowed with store.url (a PostgreSQL store)",
+    ),
+    (
+        '[store]\nurl = "postgresql://app@db.internal/agents"\npool_size = 0\n',
+        "'store.pool_size' is 0: must be at least 1",
+    ),
     ("[heartbeat]\ninterval = 0.5\n", "'heartbeat.interval' is 0.5s: must be at least 1 second"),
     (
         "[heartbeat]\ninterval = [1]\n",
