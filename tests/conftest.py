@@ -127,6 +127,50 @@ def store_location(request: pytest.FixtureRequest, tmp_path: Path) -> Path | Pos
     return PostgresLocation(url=url, schema="agent")
 
 
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[str]:
+    """An S3-compatible server for the session (moto's server mode, on loopback): its URL."""
+    try:
+        from moto.server import ThreadedMotoServer
+    except ImportError as error:
+        pytest.skip(f"moto's server is not installed ({error}): pip install -e '.[dev]'")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+S3_TEST_ENV = {
+    "AWS_ACCESS_KEY_ID": "test-key",
+    "AWS_SECRET_ACCESS_KEY": "test-secret",
+    "AWS_REGION": "us-east-1",
+    "AWS_ALLOW_HTTP": "true",
+}
+
+
+@pytest.fixture
+def s3_bucket(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A bucket of its own for the test on the session's S3 server, whose address and (fake)
+    credentials are in the environment, where an object store's client reads them: its name."""
+    import boto3
+
+    env = {**S3_TEST_ENV, "AWS_ENDPOINT_URL": s3_server}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=s3_server,
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        region_name=env["AWS_REGION"],
+    ).create_bucket(Bucket=bucket)
+    return bucket
+
+
 def unique_id(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 

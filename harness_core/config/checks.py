@@ -346,6 +346,20 @@ def _validate_mcp(settings: Settings, label: str) -> None:
 def _validate_store(settings: Settings, label: str) -> None:
     store = settings.store
     _check_env_name(store.password_env, "store.password_env", label)
+    if store.blobs is not None:
+        blobs = urlsplit(store.blobs)
+        if blobs.scheme not in _BLOB_SCHEMES or not blobs.netloc:
+            raise bad_value(
+                label,
+                "store.blobs",
+                store.blobs,
+                'must be an object store URL, "s3://BUCKET/PREFIX" (or gs://, az://)',
+            )
+        if settings.temporal.payloads is not None:
+            raise ConfigError(
+                f"{label}: 'store.blobs' and 'temporal.payloads' name two places for payloads; "
+                "keep one (blobs for an object store, payloads for a directory)"
+            )
     if store.url is None:
         for name, value in (("password_env", store.password_env), ("schema", store.schema)):
             if value is not None:
@@ -385,6 +399,9 @@ def _validate_store(settings: Settings, label: str) -> None:
         )
     if store.pool_size < 1:
         raise bad_value(label, "store.pool_size", store.pool_size, "must be at least 1")
+
+
+_BLOB_SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "azure")
 
 
 def _check_headers(headers: tuple[str, ...], where: str, label: str) -> None:

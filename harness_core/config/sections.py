@@ -112,6 +112,10 @@ class StoreConfig:
     password_env: str | None = None  # the NAME of the variable holding the password
     schema: str | None = None  # None means the agent id
     pool_size: int = 8  # connections this process may hold, at least 1
+    # The claim check's payloads in an object store instead of [temporal] payloads' directory:
+    # "s3://bucket/prefix", "gs://bucket/prefix" or "az://container/prefix" (credentials from the
+    # environment), shared by every host.
+    blobs: str | None = None
 
 
 @attrs.frozen

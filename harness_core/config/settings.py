@@ -186,6 +186,12 @@ class Settings:
         return self.store_path.parent / "temporal-payloads"
 
     @property
+    def payloads_location(self) -> Path | str:
+        """Where the claim check keeps payloads: the object store of ``store.blobs`` (its URL),
+        else the directory :attr:`payloads_path`."""
+        return self.store.blobs if self.store.blobs is not None else self.payloads_path
+
+    @property
     def label(self) -> str:
         """What errors about these settings name: the file, or ``<settings>`` without one."""
         if self.given is not None:

@@ -1,7 +1,7 @@
 """Two hosts serve one agent: two ``harness serve`` processes with the same agent id and task
-queue, on one Temporal service (the session's dev server, as a cluster would be) and one
-PostgreSQL store, with one claim-check directory (one machine here; an object store across
-machines). Host 1 runs asyncio, host 2 Trio.
+queue, on one Temporal service (the session's dev server, as a cluster would be), one PostgreSQL
+store and one object store for the claim check's payloads (an S3-compatible server on loopback).
+Host 1 runs asyncio, host 2 Trio.
 
 A task started on host 1 is read, listed, followed (resumed with ``Last-Event-ID``) and canceled
 through host 2; host 1 is killed with SIGKILL mid-turn and host 2 finishes that turn, nothing lost.
@@ -32,13 +32,13 @@ id = "{agent}"
 [temporal]
 mode = "remote"
 address = "{address}"
-payloads = "{payloads}"
 
 [server]
 bind = "127.0.0.1:{port}"
 
 [store]
 url = "{url}"
+blobs = "{blobs}"
 
 [heartbeat]
 interval = "1h"
@@ -51,7 +51,15 @@ local_activity = false
 
 
 def host(
-    tmp_path: Path, name: str, backend: str, *, agent: str, address: str, url: str, delay: str
+    tmp_path: Path,
+    name: str,
+    backend: str,
+    *,
+    agent: str,
+    address: str,
+    url: str,
+    blobs: str,
+    delay: str,
 ) -> Server:
     directory = tmp_path / name
     directory.mkdir()
@@ -61,9 +69,9 @@ def host(
         CONFIG.format(
             agent=agent,
             address=address,
-            payloads=tmp_path / "payloads",
             port=port,
             url=url,
+            blobs=blobs,
             delay=delay,
         ),
     )
@@ -91,23 +99,31 @@ def send(server: Server, text: str) -> str:
 
 
 def test_a_task_started_on_one_host_is_served_by_the_other_and_survives_a_sigkill(
-    tmp_path: Path, temporal_address: str, postgres_url: str
+    tmp_path: Path, temporal_address: str, postgres_url: str, s3_bucket: str
 ) -> None:
     agent = unique_id("shared")
-    options = {"agent": agent, "address": temporal_address, "url": postgres_url, "delay": "6s"}
+    options = {
+        "agent": agent,
+        "address": temporal_address,
+        "url": postgres_url,
+        "blobs": f"s3://{s3_bucket}/payloads",
+        "delay": "6s",
+    }
+    # Over the claim check's 16 KiB: host 2 reads what host 1 stored, from the object store.
+    long_text = "keep me " + "x" * 40_000
     first = host(tmp_path, "host1", "asyncio", **options)
     second: Server | None = None
     streamed: list[dict[str, Any]] = []
     try:
         # Host 1 alone: its worker takes both turns.
-        kept, dropped = send(first, "keep me"), send(first, "drop me")
+        kept, dropped = send(first, long_text), send(first, "drop me")
         for task_id in (kept, dropped):
             wait_for(first, task_id, "TASK_STATE_WORKING")
         second = host(tmp_path, "host2", "trio", **options)
 
         # Read and listed through host 2, while host 1 runs the turns.
         got = rpc(second.url, "GetTask", {"id": kept})["result"]
-        assert [m["parts"][0]["text"] for m in got["history"]] == ["keep me"]
+        assert [m["parts"][0]["text"] for m in got["history"]] == [long_text]
         listed = rpc(second.url, "ListTasks", {})["result"]
         assert {t["id"] for t in listed["tasks"]} == {kept, dropped}
 
@@ -138,8 +154,8 @@ def test_a_task_started_on_one_host_is_served_by_the_other_and_survives_a_sigkil
         finally:
             follower.join(timeout=90)
         assert not follower.is_alive()
-        assert [m["parts"][0]["text"] for m in task["history"]] == ["keep me", "keep me"]
-        assert task["artifacts"][0]["parts"][0]["text"] == "keep me"
+        assert [m["parts"][0]["text"] for m in task["history"]] == [long_text, long_text]
+        assert task["artifacts"][0]["parts"][0]["text"] == long_text
         assert state_of(second, dropped) == "TASK_STATE_CANCELED"
         assert second.stop() == 0
     finally:
@@ -154,3 +170,9 @@ def test_a_task_started_on_one_host_is_served_by_the_other_and_survives_a_sigkil
     assert seqs and min(seqs) > 1 and seqs == sorted(seqs)
     assert updates[-1]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert second is not None and "Traceback" not in second.log
+    # The long message crossed Temporal as a reference: its content is in the object store.
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"])
+    stored = s3.list_objects_v2(Bucket=s3_bucket, Prefix="payloads/sha256/")
+    assert stored.get("KeyCount", 0) >= 1

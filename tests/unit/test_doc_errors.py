@@ -295,6 +295,16 @@ MORE = [
         '[store]\nurl = "postgresql://app@db.internal/agents"\npool_size = 0\n',
         "'store.pool_size' is 0: must be at least 1",
     ),
+    (
+        '[store]\nblobs = "ftp://files/x"\n',
+        "'store.blobs' is 'ftp://files/x': must be an object store URL, "
+        '"s3://BUCKET/PREFIX" (or gs://, az://)',
+    ),
+    (
+        '[temporal]\npayloads = "p"\n[store]\nblobs = "s3://bucket/p"\n',
+        "'store.blobs' and 'temporal.payloads' name two places for payloads; keep one "
+        "(blobs for an object store, payloads for a directory)",
+    ),
     ("[heartbeat]\ninterval = 0.5\n", "'heartbeat.interval' is 0.5s: must be at least 1 second"),
     (
         "[heartbeat]\ninterval = [1]\n",

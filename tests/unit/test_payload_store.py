@@ -1,4 +1,5 @@
-"""The claim check's payload directory: content by digest, kept while a task refers to it."""
+"""The claim check's payload store: content by digest, kept while a task refers to it; in a
+directory, and in an object store (a real S3-compatible server on loopback, moto's)."""
 
 from __future__ import annotations
 
@@ -16,30 +17,55 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 
-from harness_core.temporal.codec import PayloadMissingError, PayloadStore, task_of
+from harness_core.temporal.codec import (
+    PayloadMissingError,
+    PayloadStore,
+    PayloadStoreUnavailableError,
+    task_of,
+)
 
 
-def _age(store: PayloadStore, digest: str, seconds: float = 3600) -> None:
-    path = store.directory / "sha256" / digest[:2] / digest
-    past = time.time() - seconds
-    os.utime(path, (past, past))
+@pytest.fixture(params=["directory", "s3"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    if request.param == "directory":
+        return tmp_path
+    bucket = request.getfixturevalue("s3_bucket")
+    return f"s3://{bucket}/payloads"
 
 
-def test_a_payload_is_stored_once_and_read_back_whole(tmp_path: Path) -> None:
-    store = PayloadStore(tmp_path)
+def later(store: PayloadStore, seconds: float = 3600) -> None:
+    """Move the store's clock on: what it holds is that much older."""
+    store.clock = lambda: time.time() + seconds
+
+
+def keys(store: PayloadStore, prefix: str) -> list[str]:
+    return sorted(key for key, _ in store._blobs.listing(prefix))  # pyright: ignore[reportPrivateUsage]
+
+
+def test_a_payload_is_stored_once_and_read_back_whole(location: Path | str) -> None:
+    store = PayloadStore(location)
     data = os.urandom(100_000)
     first = store.put("task-1", data)
     again = store.put("task-2", data)
     assert first == again
     assert store.get(first) == data
-    assert len(list((tmp_path / "sha256").glob("*/*"))) == 1
+    assert keys(store, "sha256/") == [f"sha256/{first[:2]}/{first}"]
 
 
-def test_a_payload_stays_while_any_task_refers_to_it(tmp_path: Path) -> None:
-    store = PayloadStore(tmp_path)
+def test_two_hosts_storing_the_same_content_agree(location: Path | str) -> None:
+    """Two stores on one location (two hosts): the same content is one payload, which each reads."""
+    one, two = PayloadStore(location), PayloadStore(location)
+    digest = one.put("task-1", b"the same bytes")
+    assert two.put("task-2", b"the same bytes") == digest
+    assert one.get(digest) == two.get(digest) == b"the same bytes"
+    assert len(keys(one, "sha256/")) == 1
+
+
+def test_a_payload_stays_while_any_task_refers_to_it(location: Path | str) -> None:
+    store = PayloadStore(location)
     digest = store.put("task-1", b"shared content")
     store.put("task-2", b"shared content")
-    _age(store, digest)
+    later(store)
     store.release(["task-1"])
     assert store.collect(grace=60) == 0
     assert store.get(digest) == b"shared content"
@@ -49,17 +75,17 @@ def test_a_payload_stays_while_any_task_refers_to_it(tmp_path: Path) -> None:
         store.get(digest)
 
 
-def test_a_fresh_payload_outlives_a_collection_even_unreferenced(tmp_path: Path) -> None:
-    store = PayloadStore(tmp_path)
+def test_a_fresh_payload_outlives_a_collection_even_unreferenced(location: Path | str) -> None:
+    store = PayloadStore(location)
     digest = store.put("task-1", b"just written")
     store.release(["task-1"])
     assert store.collect(grace=60) == 0
     assert store.get(digest) == b"just written"
 
 
-def test_a_store_racing_a_collection_never_loses_its_payload(tmp_path: Path) -> None:
-    """The collection has moved the file aside when a new task stores the same content: the
-    collection sees the new reference and puts the file back."""
+def test_a_store_racing_a_collection_never_loses_its_payload(location: Path | str) -> None:
+    """The collection has moved the payload aside when a new task stores the same content: the
+    collection sees the new reference and puts the payload back."""
 
     class Racing(PayloadStore):
         scans = 0
@@ -71,19 +97,34 @@ def test_a_store_racing_a_collection_never_loses_its_payload(tmp_path: Path) -> 
                 self.put("task-2", b"content")
             return super()._referenced(grace)
 
-    store = Racing(tmp_path)
+    store = Racing(location)
     digest = store.put("task-1", b"content")
-    _age(store, digest)
+    later(store)
     store.release(["task-1"])
     assert store.collect(grace=60) == 0
     assert store.get(digest) == b"content"
 
 
-def test_stores_and_collections_in_threads_never_lose_a_referenced_payload(tmp_path: Path) -> None:
-    store = PayloadStore(tmp_path)
+def test_a_store_after_a_collection_writes_the_payload_again(location: Path | str) -> None:
+    """A new reference after the collection's last look: the collection removed the payload, and
+    the store, which looks for it after writing its reference, writes it again."""
+    store = PayloadStore(location)
+    digest = store.put("task-1", b"content")
+    later(store)
+    store.release(["task-1"])
+    assert store.collect(grace=60) == 1
+    assert store.put("task-2", b"content") == digest
+    assert store.get(digest) == b"content"
+
+
+def test_stores_and_collections_in_threads_never_lose_a_referenced_payload(
+    location: Path | str,
+) -> None:
+    store = PayloadStore(location)
     data = b"x" * 20_000
     done = threading.Event()
     failures: list[str] = []
+    rounds = 300 if isinstance(location, Path) else 60  # each call a request to the server
 
     def collect() -> None:
         while not done.is_set():
@@ -92,7 +133,7 @@ def test_stores_and_collections_in_threads_never_lose_a_referenced_payload(tmp_p
     collector = threading.Thread(target=collect)
     collector.start()
     try:
-        for n in range(300):
+        for n in range(rounds):
             task = f"task-{n}"
             digest = store.put(task, data)
             try:
@@ -106,14 +147,23 @@ def test_stores_and_collections_in_threads_never_lose_a_referenced_payload(tmp_p
     assert failures == []
 
 
-def test_a_damaged_or_forged_digest_is_refused(tmp_path: Path) -> None:
-    store = PayloadStore(tmp_path)
+def test_a_damaged_or_forged_digest_is_refused(location: Path | str) -> None:
+    store = PayloadStore(location)
     digest = store.put("task-1", b"original")
-    (tmp_path / "sha256" / digest[:2] / digest).write_bytes(b"tampered")
+    store._blobs.write(f"sha256/{digest[:2]}/{digest}", b"tampered")  # pyright: ignore[reportPrivateUsage]
     with pytest.raises(PayloadMissingError, match="damaged"):
         store.get(digest)
     with pytest.raises(PayloadMissingError, match="not a payload digest"):
         store.get("../../etc/passwd")
+
+
+def test_a_bucket_that_does_not_exist_fails_at_once_naming_the_url(s3_bucket: str) -> None:
+    with pytest.raises(PayloadStoreUnavailableError) as caught:
+        PayloadStore(f"s3://{s3_bucket}-missing/payloads")
+    text = str(caught.value)
+    assert f"s3://{s3_bucket}-missing/payloads" in text
+    assert "check [store] blobs" in text
+    assert "test-secret" not in text
 
 
 def test_a_stand_in_workflow_belongs_to_its_task() -> None:
@@ -123,14 +173,14 @@ def test_a_stand_in_workflow_belongs_to_its_task() -> None:
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_the_driver_keys_payloads_by_content_and_files_them_under_the_workflows_task(
-    tmp_path: Path, anyio_backend: str
+    location: Path | str, anyio_backend: str
 ) -> None:
-    store = PayloadStore(tmp_path)
+    store = PayloadStore(location)
     payload = Payload(metadata={"encoding": b"json/plain"}, data=b'"' + b"y" * 300_000 + b'"')
     target = StorageDriverWorkflowInfo(namespace="default", id="task-9:delegate:1:1")
     [claim] = await store.store(StorageDriverStoreContext(target=target), [payload])
     assert set(claim.claim_data) == {"sha256"}
-    assert list((tmp_path / "refs").iterdir()) == [tmp_path / "refs" / "task-9"]
+    assert keys(store, "refs/") == [f"refs/task-9/{claim.claim_data['sha256']}"]
     [back] = await store.retrieve(
         StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=claim.claim_data)]
     )
