@@ -149,15 +149,19 @@ def traced_app(app: Callable[..., Any]) -> Callable[..., Any]:
                     OpenTelemetryMiddleware,
                 )
             except ImportError:
-                raise ConfigError(
-                    f"tracing is on, but its ASGI instrumentation is not installed: {_INSTALL}"
-                ) from None
-            # One span per request: not one more per chunk of its body.
-            traced.append(
-                OpenTelemetryMiddleware(
-                    app, tracer_provider=current, exclude_spans=["receive", "send"]
+                # Tracing goes on without request spans (Temporal's and the model's still come),
+                # said once; a request is never refused for it.
+                log.error(
+                    "tracing is on, but its ASGI instrumentation is not installed: %s", _INSTALL
                 )
-            )
+                traced.append(app)
+            else:
+                # One span per request: not one more per chunk of its body.
+                traced.append(
+                    OpenTelemetryMiddleware(
+                        app, tracer_provider=current, exclude_spans=["receive", "send"]
+                    )
+                )
         await traced[0](scope, receive, send)
 
     return asgi

@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,8 +23,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from harness_core import Complete, Delegate, Delegation, Harness, TurnContext, telemetry
 from harness_core.agents.turn import TurnResult
 from harness_core.logs import JsonFormatter
+from harness_core.temporal.names import TOOL_CALL
 from tests.conftest import a2a_client, agent_settings, serving, unique_id, user_message
+from tests.fakes.model_servers import serve_fake_openai, text_reply, tool_call_reply
+from tests.integration import agent_tools
 from tests.integration.test_a2a_methods import send_blocking
+from tests.integration.test_llm_agent import KEY_VARIABLE, llm_config
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +158,33 @@ async def test_with_tracing_off_nothing_is_added(tmp_path: Path, temporal_addres
             assert a.tasks.connection.client.config()["interceptors"] == []
             task = await send_blocking(client, user_message("ask b"))
     assert task.status.message.parts[0].text == "b said: 42"
+
+
+async def test_an_llm_turn_traces_its_model_requests_and_tool_call(
+    make_harness: Callable[..., Harness],
+    spans: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn of the built-in LLM agent: each model request is a span, the tool call its
+    activity's, all under the request's trace."""
+    monkeypatch.setenv(KEY_VARIABLE, "sk-test-key")
+    agent_tools.CALLS.clear()
+    with serve_fake_openai() as server:
+        server.push(tool_call_reply("lookup_order", {"order_id": 7}), text_reply("Shipped."))
+        harness = make_harness(model=llm_config(server, "openai", "lookup_order"))
+        async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+            task = await send_blocking(client, user_message("where is order 7?"))
+    assert task.status.message.parts[0].text == "Shipped."
+    finished = list(spans.get_finished_spans())
+    by_id = tree(finished)
+    [root] = [s for s in finished if s.name == "POST /" and s.parent is None]
+    assert root.context is not None
+    ours = [s for s in finished if s.context and s.context.trace_id == root.context.trace_id]
+    requests = [s for s in ours if s.name == "model request"]
+    assert len(requests) == 2, sorted(s.name for s in ours)
+    assert all(
+        s.attributes and s.attributes["gen_ai.request.model"] == "test-model" for s in requests
+    )
+    [tool] = [s for s in ours if s.name == f"RunActivity:{TOOL_CALL}"]
+    assert "POST /" in ancestors(tool, by_id)
+    assert all("POST /" in ancestors(s, by_id) for s in requests)
