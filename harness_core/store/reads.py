@@ -14,6 +14,11 @@ from harness_core.store.rows import ROW_COLUMNS, IndexRow, index_row_from, recor
 
 __all__ = ["TaskStoreReads"]
 
+#: From this many tasks of one participant on, a page walks the index newest first (it stops at
+#: the page's end, after about ``limit * all / theirs`` rows); below it, it takes the
+#: participant's tasks by their key and sorts them.
+_DENSE = 2000
+
 
 class TaskStoreReads(StoreConnection):
     """The reads of the store, the base of :class:`~harness_core.store.TaskStore`."""
@@ -111,40 +116,68 @@ class TaskStoreReads(StoreConnection):
         """Tasks ``participant`` may see (``may_access``), latest status first, filtered by
         context, state and status time (microseconds, at or after), after the keyset ``cursor``
         (a row's status time and id); and how many match in all (the cursor aside)."""
-        where: list[str] = ["closed < 2"]
+        where: list[str] = ["task_index.closed < 2"]
         args: list[str | int] = []
-        if participant:
-            where.append("task_id IN (SELECT task_id FROM task_participants WHERE participant = ?)")
-            args.append(participant)
-        else:
-            where.append(
-                "NOT EXISTS (SELECT 1 FROM task_participants p "
-                "WHERE p.task_id = task_index.task_id)"
-            )
         if context_id:
-            where.append("context_id = ?")
+            where.append("task_index.context_id = ?")
             args.append(context_id)
         if state:
-            where.append("state = ?")
+            where.append("task_index.state = ?")
             args.append(state)
         if status_after is not None:
-            where.append("status_at >= ?")
+            where.append("task_index.status_at >= ?")
             args.append(status_after)
         clause = " AND ".join(where)
-        page_clause = clause
-        page_args = list(args)
+        page_clause, page_args = clause, list(args)
         if cursor is not None:
-            page_clause += " AND (status_at < ? OR (status_at = ? AND task_id < ?))"
+            page_clause += (
+                " AND (task_index.status_at < ? OR "
+                "(task_index.status_at = ? AND task_index.task_id < ?))"
+            )
             page_args += [cursor[0], cursor[0], cursor[1]]
         with self._snapshot() as db:
-            total = int(
-                db.execute(f"SELECT COUNT(*) FROM task_index WHERE {clause}", args).fetchone()[0]
+            if participant:
+                # The participant's tasks through its key (participant, task id), each looked up
+                # in the index: not every row of the index tested against the participant.
+                total = int(
+                    db.execute(
+                        "SELECT COUNT(*) FROM task_participants p JOIN task_index "
+                        f"ON task_index.task_id = p.task_id WHERE p.participant = ? AND {clause}",
+                        [participant, *args],
+                    ).fetchone()[0]
+                )
+                if total >= _DENSE:
+                    # Many tasks: walk the index newest first and stop at the page's end.
+                    who = (
+                        "EXISTS (SELECT 1 FROM task_participants p WHERE p.participant = ? "
+                        "AND p.task_id = task_index.task_id)"
+                    )
+                else:
+                    # Few: take them by the participant's key and sort them.
+                    who = (
+                        "task_index.task_id IN "
+                        "(SELECT task_id FROM task_participants WHERE participant = ?)"
+                    )
+                page_args = [participant, *page_args]
+            else:
+                who = (
+                    "NOT EXISTS (SELECT 1 FROM task_participants p "
+                    "WHERE p.task_id = task_index.task_id)"
+                )
+                total = int(
+                    db.execute(
+                        f"SELECT COUNT(*) FROM task_index WHERE {who} AND {clause}", args
+                    ).fetchone()[0]
+                )
+            rows = (
+                db.execute(
+                    f"SELECT {ROW_COLUMNS} FROM task_index WHERE {who} AND {page_clause} "
+                    "ORDER BY task_index.status_at DESC, task_index.task_id DESC LIMIT ?",
+                    [*page_args, limit],
+                ).fetchall()
+                if total
+                else []
             )
-            rows = db.execute(
-                f"SELECT {ROW_COLUMNS} FROM task_index WHERE {page_clause} "
-                "ORDER BY status_at DESC, task_id DESC LIMIT ?",
-                [*page_args, limit],
-            ).fetchall()
         return [index_row_from(r, ()) for r in rows], total
 
     def count_open(self) -> int:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import attrs
 import pytest
 from a2a.types import CancelTaskRequest, GetTaskRequest, ListTasksRequest, Task, TaskState
 
@@ -361,3 +362,42 @@ async def test_an_agent_on_a_postgresql_store_answers_lists_cancels_and_restarts
         }
         got = await client.get_task(GetTaskRequest(id=done.id))
         assert [m.parts[0].text for m in got.history] == ["again", "done"]
+
+
+@pytest.mark.parametrize("dense", [True, False], ids=["walk-the-index", "by-participant"])
+def test_a_participants_pages_are_the_same_whichever_way_they_are_read(
+    store_location: Path | PostgresLocation, monkeypatch: pytest.MonkeyPatch, dense: bool
+) -> None:
+    """A participant with many tasks gets pages by walking the index newest first, one with few
+    by their key: the same tasks, order, totals and cursors either way."""
+    from harness_core.store import reads
+
+    monkeypatch.setattr(reads, "_DENSE", 3 if dense else 10**9)
+    store = TaskStore(store_location)
+    try:
+        for n in range(7):
+            archive, record = ended(f"t{n}", participants=("alice",))
+            stamp = f"2026-01-01T00:00:0{n}Z"
+            record = attrs.evolve(
+                record,
+                status={"state": "TASK_STATE_COMPLETED", "timestamp": stamp},
+                context_id="even" if n % 2 == 0 else "odd",
+            )
+            store.store_final(attrs.evolve(archive, context_id=record.context_id), record)
+        store.store_final(*ended("bob-1", participants=("bob",)))
+        walked: list[str] = []
+        cursor = None
+        while True:
+            page, total = store.list_index(participant="alice", limit=3, cursor=cursor)
+            assert total == 7
+            walked += [row.task_id for row in page]
+            if len(page) < 3:
+                break
+            cursor = (page[-1].status_at, page[-1].task_id)
+        assert walked == [f"t{n}" for n in range(6, -1, -1)]
+        even, total = store.list_index(participant="alice", context_id="even", limit=2)
+        assert ([row.task_id for row in even], total) == (["t6", "t4"], 4)
+        assert store.list_index(participant="carol") == ([], 0)
+        assert [r.task_id for r in store.list_index(participant="bob")[0]] == ["bob-1"]
+    finally:
+        store.close()
