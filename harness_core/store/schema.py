@@ -14,12 +14,13 @@ The DDL is hand-written in the SQL both databases read (``TEXT``, ``BIGINT``), n
 ORM: the store is a dozen tables with plain statements, and its one migration path is short
 enough to read whole. ``schema_version`` holds the layout's version; a store at an older version is
 brought up to :data:`VERSION` by the steps in ``TaskStore._migrate``, in one transaction (on
-PostgreSQL under an advisory lock, so hosts that start together migrate once).
+PostgreSQL under an advisory lock, so hosts that start together migrate once). A store at
+:data:`VERSION` runs no DDL when it opens, so a new table or index is a new version.
 """
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA", "VERSION", "statements"]
+__all__ = ["SCHEMA", "VERSION", "schema_for", "statements"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -70,11 +71,11 @@ CREATE TABLE IF NOT EXISTS task_index (
 );
 CREATE INDEX IF NOT EXISTS task_index_order ON task_index (status_at, task_id);
 CREATE TABLE IF NOT EXISTS push_tokens (
-    standin_id TEXT PRIMARY KEY,
+    standin_id {bytewise} PRIMARY KEY,
     digest TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS remote_tasks (
-    standin_id TEXT PRIMARY KEY,
+    standin_id {bytewise} PRIMARY KEY,
     remote_task_id TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS push_configs (
@@ -122,6 +123,12 @@ CREATE TABLE IF NOT EXISTS schema_version (
 # from the ended tasks' records); 4 moved the version into schema_version, ordered webhooks by
 # push_configs.added_at (not SQLite's rowid) and added leases.
 VERSION = 4
+
+
+def schema_for(*, postgres: bool) -> str:
+    """The DDL for one database: a key the sweep removes by range is ordered bytewise on both
+    (SQLite's default; PostgreSQL's ``COLLATE "C"``, not the database's language rules)."""
+    return SCHEMA.replace("{bytewise}", 'TEXT COLLATE "C"' if postgres else "TEXT")
 
 
 def statements(script: str) -> list[str]:

@@ -24,7 +24,7 @@ from harness_core.store.rows import (
     record_from_json,
     status_micros,
 )
-from harness_core.store.schema import SCHEMA, VERSION, statements
+from harness_core.store.schema import VERSION, schema_for, statements
 
 __all__ = ["TOMBSTONE_SECONDS", "TaskStore"]
 
@@ -47,18 +47,34 @@ class TaskStore(TaskStoreReads, PushConfigStore):
             self.path.chmod(0o600)
 
     def _migrate(self) -> None:
-        """Create the tables, and bring a store an older version wrote up to :data:`VERSION`."""
+        """Create the tables, and bring a store an older version wrote up to :data:`VERSION`.
+
+        A store already at :data:`VERSION` (every start but the first) runs no DDL at all: on
+        PostgreSQL, ``CREATE INDEX IF NOT EXISTS`` locks its table even when the index exists, and
+        a host starting while the others write would hold up their writes, or deadlock with
+        them."""
+        with self._read() as db:
+            if self._version(db) >= VERSION:
+                return
         with self._write() as db:
             if isinstance(self.location, PostgresLocation):
                 # Hosts that start together: one creates and migrates, the others wait and see
-                # it done.
-                db.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (self.location.key,))
-                db.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(self.location.schema)}")
-            for statement in statements(SCHEMA):
-                db.execute(statement)
+                # it done. The key is the schema's name (the connection names the database),
+                # not the URL, which two hosts may spell differently.
+                db.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(?))",
+                    (f"harness:{self.location.schema}",),
+                )
+                exists = db.execute(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = ?", (self.location.schema,)
+                ).fetchone()
+                if exists is None:  # a role that owns it needs no CREATE on the database
+                    db.execute(f"CREATE SCHEMA {quote_identifier(self.location.schema)}")
             version = self._version(db)
             if version >= VERSION:
                 return
+            for statement in statements(schema_for(postgres=db.postgres)):
+                db.execute(statement)
             if version < 2:
                 for (data,) in db.execute("SELECT record FROM tasks").fetchall():
                     raw = cast("dict[str, Any]", json.loads(data))
@@ -84,9 +100,19 @@ class TaskStore(TaskStoreReads, PushConfigStore):
 
     @staticmethod
     def _version(db: Session) -> int:
-        row = db.execute("SELECT max(version) FROM schema_version").fetchone()
-        if row is not None and row[0] is not None:
-            return int(row[0])
+        """The layout's version; 0 for an empty database or schema."""
+        if db.postgres:
+            table = db.execute("SELECT to_regclass('schema_version')").fetchone()
+            if table is None or table[0] is None:
+                return 0
+        else:
+            table = db.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+            ).fetchone()
+        if table is not None:
+            row = db.execute("SELECT max(version) FROM schema_version").fetchone()
+            if row is not None and row[0] is not None:
+                return int(row[0])
         if db.postgres:
             return 0
         # SQLite files up to version 3 kept it here.
@@ -340,12 +366,12 @@ class TaskStore(TaskStoreReads, PushConfigStore):
                 "task_folds",
             ):
                 db.executemany(f"DELETE FROM {table} WHERE task_id = ?", rows)
-            # The task's delegations (stand-ins are named <task id>:delegate:...), by prefix:
-            # not a range, which a PostgreSQL collation would order by other rules than bytes.
-            prefixes = [(f"{i}:delegate:", f"{i}:delegate:") for i in ids]
+            # The task's delegations (stand-ins are named <task id>:delegate:...): a range of
+            # their keys, in byte order on both databases (PostgreSQL's column is COLLATE "C").
+            spans = [(f"{i}:delegate:", f"{i}:delegate;") for i in ids]
             for table in ("push_tokens", "remote_tasks"):
                 db.executemany(
-                    f"DELETE FROM {table} WHERE substr(standin_id, 1, length(?)) = ?", prefixes
+                    f"DELETE FROM {table} WHERE standin_id >= ? AND standin_id < ?", spans
                 )
             db.executemany(
                 "UPDATE task_index SET closed = 2, status = '{}', written_at = ? WHERE task_id = ?",

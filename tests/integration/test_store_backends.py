@@ -401,3 +401,31 @@ def test_a_participants_pages_are_the_same_whichever_way_they_are_read(
         assert [r.task_id for r in store.list_index(participant="bob")[0]] == ["bob-1"]
     finally:
         store.close()
+
+
+def test_a_host_that_starts_while_another_writes_neither_waits_nor_blocks_it(
+    postgres_url: str,
+) -> None:
+    """A store already at its version runs no DDL when it opens: a host starting while another
+    host's write transaction is open opens at once (DDL would wait for that transaction, hold
+    up every later write, and could deadlock with it)."""
+    import psycopg
+
+    location = PostgresLocation(url=postgres_url, schema="billing")
+    TaskStore(location).close()  # the first start: the schema is created
+    opened: list[TaskStore] = []
+    with psycopg.connect(postgres_url) as writer:  # another host, mid-transaction
+        writer.execute("SET search_path TO billing")
+        writer.execute("INSERT INTO task_messages VALUES ('t', 0, 'm', 'd', NULL, '{}')")
+        starting = threading.Thread(target=lambda: opened.append(TaskStore(location)))
+        starting.start()
+        starting.join(timeout=20)
+        assert not starting.is_alive(), "the start waited for another host's transaction"
+        writer.execute("INSERT INTO tasks VALUES ('t', 'c', 'a', 's', 'u', '{}')")
+        writer.commit()
+    try:
+        assert len(opened) == 1
+        assert opened[0].messages("t", 0, 1) == [{}]
+    finally:
+        for store in opened:
+            store.close()
