@@ -189,6 +189,14 @@ def _reader(context: ServerCallContext) -> str | None:
 MAX_SEQ = 2**63 - 1
 
 
+def _check_ids(*ids: tuple[str, str]) -> None:
+    """Ids are names, not content: a control character (NUL above all, which PostgreSQL cannot
+    store in text) is refused the same way on every store."""
+    for name, value in ids:
+        if any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise InvalidParamsError(message=f"{name} must not hold control characters")
+
+
 def _last_event_id(context: ServerCallContext) -> int | None:
     """The ``Last-Event-ID`` a resubscribing client sent, or None when it sent none."""
     headers = cast("dict[str, str] | None", context.state.get("headers"))
@@ -330,6 +338,11 @@ class HarnessRequestHandler(RequestHandler):
             raise InvalidParamsError(message="message.role must be ROLE_USER")
         if not message.message_id:
             raise InvalidParamsError(message="message.messageId is required")
+        _check_ids(
+            ("message.messageId", message.message_id),
+            ("message.taskId", message.task_id),
+            ("message.contextId", message.context_id),
+        )
         modes = self._harness.input_modes
         refused = refused_media_types(MessageToDict(message), modes)
         if refused:
@@ -484,6 +497,7 @@ class HarnessRequestHandler(RequestHandler):
         resume = _last_event_id(context)
         after = resume or 0
         participant = _reader(context)
+        _check_ids(("id", params.id))
         with _a2a_errors("SubscribeToTask"):
             tasks = self._harness.tasks
             page = await tasks.events(params.id, after, participant)
@@ -518,6 +532,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
         _check_tenant(context, self._harness.agent_id)
         _check_history_length(params.history_length)
+        _check_ids(("id", params.id))
         with _a2a_errors("GetTask"):
             tasks = self._harness.tasks
             view = await tasks.view(params.id, _reader(context))
@@ -571,13 +586,15 @@ class HarnessRequestHandler(RequestHandler):
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
         _check_tenant(context, self._harness.agent_id)
+        _check_ids(("id", params.id))
         with _a2a_errors("CancelTask"):
             tasks = self._harness.tasks
             view = await tasks.cancel(params.id, _reader(context))
             return _task_proto(view)
 
-    def _push_allowed(self, context: ServerCallContext) -> None:
+    def _push_allowed(self, context: ServerCallContext, *ids: tuple[str, str]) -> None:
         _check_tenant(context, self._harness.agent_id)
+        _check_ids(*ids)
         if not self._harness.settings.push.enabled:
             raise PushNotificationNotSupportedError()
 
@@ -600,7 +617,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_create_task_push_notification_config(
         self, params: TaskPushNotificationConfig, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        self._push_allowed(context)
+        self._push_allowed(context, ("taskId", params.task_id), ("id", params.id))
         if not params.task_id:
             raise InvalidParamsError(message="taskId is required")
         with _a2a_errors("CreateTaskPushNotificationConfig"):
@@ -621,7 +638,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> TaskPushNotificationConfig:
-        self._push_allowed(context)
+        self._push_allowed(context, ("taskId", params.task_id), ("id", params.id))
         for config in await self._configs(params.task_id, context):
             if config.get("id") == params.id:
                 return ParseDict(config, TaskPushNotificationConfig(), ignore_unknown_fields=True)
@@ -632,7 +649,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_list_task_push_notification_configs(
         self, params: ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> ListTaskPushNotificationConfigsResponse:
-        self._push_allowed(context)
+        self._push_allowed(context, ("taskId", params.task_id))
         configs = await self._configs(params.task_id, context)
         return ListTaskPushNotificationConfigsResponse(
             configs=[
@@ -644,7 +661,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_delete_task_push_notification_config(
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        self._push_allowed(context)
+        self._push_allowed(context, ("taskId", params.task_id), ("id", params.id))
         with _a2a_errors("DeleteTaskPushNotificationConfig"):
             # Idempotent: deleting a config that is not there (any more) is no error.
             await self._harness.tasks.delete_push_config(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import time
 import traceback
 import uuid
@@ -569,6 +570,16 @@ class AgentActivities:
         ]
 
 
+def refuses_writes(error: Exception) -> bool:
+    """Whether a store's error says it will not take writes on a retry either: SQLite's full disk,
+    read-only file or I/O error; PostgreSQL's full disk (SQLSTATE 53100). A PostgreSQL
+    "read-only transaction" is not among them: after a failover a retry reaches the new primary."""
+    if isinstance(error, sqlite3.Error):
+        text = str(error).lower()
+        return any(word in text for word in ("full", "readonly", "read-only", "disk i/o"))
+    return getattr(error, "sqlstate", None) == "53100"
+
+
 @contextlib.contextmanager
 def _store_errors() -> Generator[None, None, None]:
     """A store that cannot take writes (full disk, read-only file) will not take them on a retry:
@@ -577,9 +588,7 @@ def _store_errors() -> Generator[None, None, None]:
     try:
         yield
     except STORE_ERRORS as error:
-        text = str(error).lower()
-        refused = ("full", "readonly", "read-only", "disk i/o", "no space left")
-        if any(word in text for word in refused):
+        if refuses_writes(error):
             log.error("the store %s refused a write: %s", activity.info().task_queue, error)
             raise ApplicationError(
                 f"the agent's store refused the write: {error}",

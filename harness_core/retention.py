@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING
@@ -79,7 +80,10 @@ class Sweep:
         self.payloads = payloads
         # 0: ended tasks are kept.
         self.ended_ttl = ended_ttl
-        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        # One sweep at a time in this process too: a retried heartbeat whose first attempt's
+        # thread still sweeps does not start a second.
+        self._running = threading.Lock()
 
     def __call__(self) -> tuple[int, int]:
         """Remove what ended longer than ``ended_ttl`` ago: tasks, then the payloads that no task
@@ -87,13 +91,21 @@ class Sweep:
         lease. Blocking: run it in a worker thread."""
         if not self.ended_ttl:
             return 0, 0
-        if not self.store.take_lease(SWEEP_LEASE, self.holder, SWEEP_LEASE_SECONDS):
-            log.info("agent %s: another host is sweeping; this one leaves it", self.agent_id)
+        if not self._running.acquire(blocking=False):
+            log.info("agent %s: a sweep is still running in this process", self.agent_id)
             return 0, 0
         try:
-            return self._sweep()
+            # A holder per sweep: a lease is never "renewed" by another sweep of this process.
+            holder = f"{self.holder}:{uuid.uuid4().hex[:8]}"
+            if not self.store.take_lease(SWEEP_LEASE, holder, SWEEP_LEASE_SECONDS):
+                log.info("agent %s: another host is sweeping; this one leaves it", self.agent_id)
+                return 0, 0
+            try:
+                return self._sweep()
+            finally:
+                self.store.release_lease(SWEEP_LEASE, holder)
         finally:
-            self.store.release_lease(SWEEP_LEASE, self.holder)
+            self._running.release()
 
     def _sweep(self) -> tuple[int, int]:
         before = int((time.time() - self.ended_ttl) * 1_000_000)

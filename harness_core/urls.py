@@ -35,7 +35,9 @@ def http_client(**options: Any) -> httpx.AsyncClient:
     is on, each of its requests carries the current trace (``traceparent``)."""
     hooks = telemetry.request_hooks()
     if hooks:
-        options = {**options, "event_hooks": hooks}
+        given: dict[str, list[Any]] = options.get("event_hooks") or {}
+        merged = {key: [*given.get(key, []), *value] for key, value in hooks.items()}
+        options = {**options, "event_hooks": {**given, **merged}}
     return httpx.AsyncClient(verify=_tls(), **options)
 
 

@@ -8,7 +8,7 @@ keys that only one ``temporal.mode`` or ``model.kind`` uses, and ``[[agents]]`` 
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from harness_core.config.sections import AuthConfig, ModelConfig
 from harness_core.config.settings import Settings
@@ -380,7 +380,9 @@ def _validate_store(settings: Settings, label: str) -> None:
             store.url,
             'must be a PostgreSQL URL, "postgresql://USER@HOST:PORT/DATABASE"',
         )
-    if parts.password is not None or "password=" in parts.query.lower():
+    # libpq reads percent-escapes in the query's keys too (?pass%77ord=...).
+    keys = {key.lower() for key in parse_qs(parts.query, keep_blank_values=True)}
+    if parts.password is not None or "password" in keys:
         # Deliberately no value in the message: it holds the password.
         raise ConfigError(
             f"{label}: 'store.url' holds a password: never write it into the file; put it in an "

@@ -33,9 +33,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import logging
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -67,6 +69,8 @@ __all__ = [
     "payload_store_of",
     "task_of",
 ]
+
+log = logging.getLogger("harness.payloads")
 
 #: Payloads this large or larger (serialized) are stored by digest and travel as a reference.
 CLAIM_BYTES = 16 * 1024
@@ -167,9 +171,11 @@ class PayloadStore(StorageDriver):
         return f"sha256/{digest[:2]}/{digest}"
 
     @staticmethod
-    def _aside(key: str) -> str:
+    def _aside(key: str, collector: str = "") -> str:
+        """Where a collection holds a payload aside: a name of its own per collection, so that
+        two collections (two agents sharing the payloads, two hosts) never take each other's."""
         folder, _, name = key.rpartition("/")
-        return f"{folder}/.doomed-{name}"
+        return f"{folder}/.doomed-{name}-{collector}" if collector else f"{folder}/.doomed-{name}"
 
     def put(self, task: str, data: bytes) -> str:
         """Store ``data`` for ``task`` (once, whatever the number of calls); returns its digest."""
@@ -188,12 +194,18 @@ class PayloadStore(StorageDriver):
     def get(self, digest: str) -> bytes:
         """The payload stored under ``digest``; raises ``PayloadMissingError`` when it is gone."""
         key = self._key(digest)
-        # A collection may hold it aside for a moment (and put it back if it is referred to).
-        for candidate in (key, self._aside(key), key):
-            data = self._blobs.read(candidate)
-            if data is not None:
-                break
-        else:
+        data = self._blobs.read(key)
+        if data is None:
+            # A collection may hold it aside for a moment (and put it back if it is referred to).
+            folder = key.rpartition("/")[0]
+            held = [
+                k for k, _ in self._blobs.listing(f"{folder}/") if k.startswith(self._aside(key))
+            ]
+            for candidate in (*held, key):
+                data = self._blobs.read(candidate)
+                if data is not None:
+                    break
+        if data is None:
             raise PayloadMissingError(
                 f"payload {digest} is not in {self._blobs.where} (do all processes that use this "
                 "Temporal connection share its payload directory?)"
@@ -227,13 +239,14 @@ class PayloadStore(StorageDriver):
         """Remove the payloads no task refers to that were not stored in the last ``grace``
         seconds; returns how many were removed."""
         cutoff = self.clock() - grace
+        collector = uuid.uuid4().hex[:12]
         referenced = self._referenced(grace)
         aside: list[tuple[str, str]] = []
         for key, modified in self._blobs.listing("sha256/"):
             name = key.rpartition("/")[2]
             if name.startswith(".") or name in referenced or modified >= cutoff:
                 continue
-            doomed = self._aside(key)
+            doomed = self._aside(key, collector)
             if self._blobs.move(key, doomed):
                 aside.append((key, doomed))
         if not aside:
@@ -243,7 +256,8 @@ class PayloadStore(StorageDriver):
         removed = 0
         for key, doomed in aside:
             if key.rpartition("/")[2] in referenced:
-                self._blobs.move(doomed, key)
+                if not self._blobs.move(doomed, key) and not self._blobs.exists(key):
+                    log.error("payload %s was held aside and is gone: it cannot be put back", key)
             else:
                 self._blobs.delete(doomed)
                 removed += 1

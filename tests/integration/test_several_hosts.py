@@ -107,7 +107,9 @@ def test_a_task_started_on_one_host_is_served_by_the_other_and_survives_a_sigkil
         "address": temporal_address,
         "url": postgres_url,
         "blobs": f"s3://{s3_bucket}/payloads",
-        "delay": "6s",
+        # Long enough for host 2 to start and serve the reads while host 1's turn runs, on a
+        # loaded machine too (checked before the kill).
+        "delay": "10s",
     }
     # Over the claim check's 16 KiB: host 2 reads what host 1 stored, from the object store.
     long_text = "keep me " + "x" * 40_000

@@ -235,6 +235,9 @@ def test_a_password_is_never_taken_from_the_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as as_key:
         _settings(tmp_path, url="postgresql://app@db.internal/agents", password="hunter2")
     assert "store.password_env" in str(as_key.value) and "hunter2" not in str(as_key.value)
+    with pytest.raises(ConfigError) as escaped:  # libpq decodes %77 in a key: "password"
+        _settings(tmp_path, url="postgresql://app@db.internal/agents?pass%77ord=hunter2")
+    assert "store.password_env" in str(escaped.value) and "hunter2" not in str(escaped.value)
     with pytest.raises(
         ConfigError, match=re.escape("'store.path' and 'store.url' name two stores")
     ):
@@ -248,7 +251,7 @@ def test_a_password_is_never_taken_from_the_config_file(tmp_path: Path) -> None:
 
 
 def test_the_password_comes_from_its_variable_and_a_refusal_never_shows_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres_url: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = _settings(
         tmp_path,
@@ -308,6 +311,14 @@ def test_hosts_sharing_a_store_sweep_one_at_a_time(
         assert store.get("old") is None
         # Released after the sweep: the other host may take its turn.
         assert store.take_lease(SWEEP_LEASE, other.holder, 60)
+        store.release_lease(SWEEP_LEASE, other.holder)
+        # A sweep still running in this process (a retried heartbeat's first attempt): the
+        # second leaves it.
+        store.store_final(*ended("older"))
+        time.sleep(0.01)
+        with this._running:  # pyright: ignore[reportPrivateUsage]
+            assert this() == (0, 0)
+        assert this() == (1, 0)
     finally:
         store.close()
 
@@ -429,3 +440,20 @@ def test_a_host_that_starts_while_another_writes_neither_waits_nor_blocks_it(
     finally:
         for store in opened:
             store.close()
+
+
+def test_only_a_full_disk_or_a_read_only_file_stops_the_retries_of_a_write() -> None:
+    """A store that will refuse every retry too ends the retries; a PostgreSQL that is read-only
+    for a moment (a failover) is tried again."""
+    import psycopg.errors
+
+    from harness_core.activities import refuses_writes
+
+    assert refuses_writes(sqlite3.OperationalError("database or disk is full"))
+    assert refuses_writes(sqlite3.OperationalError("attempt to write a readonly database"))
+    assert not refuses_writes(sqlite3.OperationalError("database is locked"))
+    assert refuses_writes(psycopg.errors.DiskFull("could not extend file"))
+    assert not refuses_writes(
+        psycopg.errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction")
+    )
+    assert not refuses_writes(psycopg.OperationalError("server closed the connection"))

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from a2a.types import TaskState
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -24,6 +25,7 @@ from harness_core import Complete, Delegate, Delegation, Harness, TurnContext, t
 from harness_core.agents.turn import TurnResult
 from harness_core.logs import JsonFormatter
 from harness_core.temporal.names import TOOL_CALL
+from harness_core.urls import http_client
 from tests.conftest import a2a_client, agent_settings, serving, unique_id, user_message
 from tests.fakes.model_servers import serve_fake_openai, text_reply, tool_call_reply
 from tests.integration import agent_tools
@@ -138,6 +140,31 @@ async def test_a_delegated_request_is_one_trace_across_both_agents(
     # A JSON log line of a's turn names the trace.
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert any(line.get("trace_id") == f"{trace_id:032x}" for line in lines), lines
+
+
+async def outgoing_headers() -> httpx.Headers:
+    """The headers one request of the runtime's HTTP client (delegations, webhooks) carries."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(204)
+
+    async with http_client(transport=httpx.MockTransport(answer)) as http:
+        with telemetry.span("a turn"):
+            await http.post("http://127.0.0.1:9/hook", json={})
+    return seen[0].headers
+
+
+async def test_the_runtimes_http_calls_carry_the_trace_only_while_tracing(
+    spans: InMemorySpanExporter,
+) -> None:
+    headers = await outgoing_headers()
+    [turn] = spans.get_finished_spans()
+    assert turn.context is not None
+    assert headers["traceparent"].split("-")[1] == f"{turn.context.trace_id:032x}"
+    with telemetry.use(None):
+        assert "traceparent" not in await outgoing_headers()
 
 
 async def test_with_tracing_off_nothing_is_added(tmp_path: Path, temporal_address: str) -> None:

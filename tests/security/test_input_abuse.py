@@ -493,3 +493,40 @@ async def test_a_request_with_a_member_json_rpc_does_not_define_is_invalid_in_ou
     assert body["id"] == 9 and sorted(body["error"]) == ["code", "message"]
     assert body["error"]["code"] == -32600 and "'foo'" in body["error"]["message"]
     assert troubles(caplog) == []
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+async def test_an_id_with_a_nul_is_invalid_params_on_every_store(
+    make_harness: MakeHarness,
+    caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
+    store: str,
+) -> None:
+    """Given an agent on a SQLite file or on PostgreSQL (which cannot store a NUL in text)
+    When a client sends a message whose messageId, taskId or contextId holds a NUL, or reads,
+    cancels or subscribes to a task id that does
+    Then each is -32602 saying which field, no task is started, nothing at ERROR, no traceback."""
+    sections = (
+        {} if store == "sqlite" else {"store": {"url": request.getfixturevalue("postgres_url")}}
+    )
+    harness = make_harness(ScriptedModel(["done"]), **sections)
+    async with serving(harness), httpx.AsyncClient(timeout=30) as http:
+        url = harness.public_url
+        caplog.clear()
+        answers: list[tuple[int, int, str]] = []
+        for field in ("messageId", "taskId", "contextId"):
+            params = message("hi")
+            params["message"][field] = "a\x00b"
+            sent = await http.post(url + "/", json=rpc("SendMessage", params), headers=ALICE)
+            answers.append(rpc_error(sent))
+        for method in ("GetTask", "CancelTask", "SubscribeToTask"):
+            read = await http.post(url + "/", json=rpc(method, {"id": "t\x00"}), headers=ALICE)
+            answers.append(rpc_error(read))
+        listed = await http.post(url + "/", json=rpc("ListTasks", {}), headers=ALICE)
+    assert [(status, code) for status, code, _ in answers] == [(200, INVALID_PARAMS)] * 6
+    assert [text for _, _, text in answers[:3]] == [
+        f"message.{field} must not hold control characters"
+        for field in ("messageId", "taskId", "contextId")
+    ]
+    assert listed.json()["result"].get("tasks", []) == []
+    assert troubles(caplog) == []

@@ -117,33 +117,37 @@ def test_a_store_after_a_collection_writes_the_payload_again(location: Path | st
     assert store.get(digest) == b"content"
 
 
-def test_stores_and_collections_in_threads_never_lose_a_referenced_payload(
+def test_stores_and_two_hosts_collections_never_lose_a_referenced_payload(
     location: Path | str,
 ) -> None:
-    store = PayloadStore(location)
+    """Two collections at once (two hosts, or two agents sharing the payloads) and a stream of
+    stores of one content: every store can read its payload back."""
+    stores = [PayloadStore(location) for _ in range(3)]
     data = b"x" * 20_000
     done = threading.Event()
     failures: list[str] = []
     rounds = 300 if isinstance(location, Path) else 60  # each call a request to the server
 
-    def collect() -> None:
+    def collect(store: PayloadStore) -> None:
         while not done.is_set():
             store.collect(grace=0)
 
-    collector = threading.Thread(target=collect)
-    collector.start()
+    collectors = [threading.Thread(target=collect, args=(s,)) for s in stores[1:]]
+    for collector in collectors:
+        collector.start()
     try:
         for n in range(rounds):
             task = f"task-{n}"
-            digest = store.put(task, data)
+            digest = stores[0].put(task, data)
             try:
-                store.get(digest)
+                stores[0].get(digest)
             except PayloadMissingError:
                 failures.append(task)
-            store.release([task])
+            stores[0].release([task])
     finally:
         done.set()
-        collector.join()
+        for collector in collectors:
+            collector.join()
     assert failures == []
 
 
