@@ -136,6 +136,7 @@ def describe(settings: Settings, *, bind: str | None = None, path: str = "") -> 
         f"  temporal: {temporal}, namespace {t.namespace}, task queue "
         f"{settings.effective_task_queue}",
         f"  store:    {_store_line(settings)}",
+        *([f"  payloads: object store {settings.store.blobs}"] if settings.store.blobs else []),
         f"  http:     {bind}, public URL {public}",
         f"  model:    {settings.model.kind}",
     ]
@@ -180,7 +181,8 @@ def _check(paths: Sequence[str]) -> int:
         print(f"note: {note}")
     print(
         f"ok: {len(paths)} agent(s): configuration, factories, tools and extras checked; "
-        "not checked: reaching Temporal, the model server or other agents (serve does)"
+        "not checked: reaching Temporal, a PostgreSQL or object store, the model server or "
+        "other agents (serve does)"
     )
     return 0
 

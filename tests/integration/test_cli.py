@@ -162,6 +162,7 @@ def test_check_names_a_postgresql_store_without_its_password(tmp_path: Path) -> 
         [store]
         url = "postgresql://harness@db.internal:5432/agents"
         password_env = "HARNESS_PG_PASSWORD"
+        blobs = "s3://acme-agents/payloads"
         """,
     )
     result = harness("check", str(path), env={**os.environ, "HARNESS_PG_PASSWORD": "pw-s3cret"})
@@ -170,6 +171,7 @@ def test_check_names_a_postgresql_store_without_its_password(tmp_path: Path) -> 
         "store:    PostgreSQL postgresql://harness@db.internal:5432/agents, schema billing, "
         "password from $HARNESS_PG_PASSWORD"
     ) in result.stdout
+    assert "payloads: object store s3://acme-agents/payloads" in result.stdout
     assert "pw-s3cret" not in result.stdout + result.stderr
 
 

@@ -799,3 +799,14 @@ def test_an_embedded_database_another_process_holds_stops_serve(
     # The documented directory and pid are this test's and the holder's.
     expected = documented(IN_USE).replace(DOC_DIR, os.getcwd()).replace("17347", str(holder.pid))
     assert said == expected
+
+
+def test_a_trace_exporter_serve_does_not_know_stops_it(
+    tmp_path: Path, harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "agent.toml").write_text('[agent]\nid = "traced"\n')
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    line = (
+        "harness: OTEL_TRACES_EXPORTER is 'zipkin': harness serve knows otlp and console (or none)"
+    )
+    assert harness("serve", "agent.toml") == documented(line)
