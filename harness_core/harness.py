@@ -28,7 +28,12 @@ from harness_core.agents.modes import LLM_INPUT_MODES, TEXT_MODES
 from harness_core.agents.turn import Agent, AgentFunction
 from harness_core.config import RemoteAgentConfig, Settings
 from harness_core.delegation.activities import DelegationActivities, card_problem
-from harness_core.errors import ConfigError, HarnessAlreadyStartedError, HarnessNotStartedError
+from harness_core.errors import (
+    ConfigError,
+    HarnessAlreadyStartedError,
+    HarnessNotStartedError,
+    TemporalConnectionError,
+)
 from harness_core.live import LiveHub
 from harness_core.logs import agent_context, install_record_redaction, quiet_client_errors
 from harness_core.model import Model, as_agent
@@ -356,10 +361,14 @@ class Harness:
                             with anyio.CancelScope(shield=True):
                                 await connection.bridge.call(self.model_loop.aclose)
         except BaseException as exc:
-            if not isinstance(exc, anyio.get_cancelled_exc_class()):
-                self.state = AgentState.FAILED
-                self.failure = f"{type(exc).__name__}: {exc}"
-                log.error("agent %s failed: %s", self.agent_id, self.failure)
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            missing = _namespace_missing(exc, settings)
+            self.state = AgentState.FAILED
+            self.failure = f"{type(missing or exc).__name__}: {missing or exc}"
+            log.error("agent %s failed: %s", self.agent_id, self.failure)
+            if missing is not None:
+                raise missing from None
             raise
         finally:
             SECRETS.unregister(self.agent_id)
@@ -529,6 +538,27 @@ class Harness:
         """A Starlette/FastAPI lifespan that runs this agent while the host app runs."""
         async with self:
             yield
+
+
+def _namespace_missing(error: BaseException, settings: Settings) -> TemporalConnectionError | None:
+    """The error for a start that failed because the Temporal service has no such namespace (the
+    worker's validation or a client call says so, in Temporal's words), in ours; else None."""
+    namespace = settings.temporal.namespace
+    pending: list[BaseException] = [error]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, BaseExceptionGroup):
+            pending.extend(current.exceptions)  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+            continue
+        text = str(current)
+        if f"Namespace {namespace} " in text and "not found" in text:
+            address = settings.temporal.address
+            return TemporalConnectionError(
+                f"the namespace {namespace!r} does not exist on the Temporal service at "
+                f"{address}: create it (temporal operator namespace create --namespace "
+                f"{namespace} --address {address}) or set [temporal] namespace"
+            )
+    return None
 
 
 def _secret_values(settings: Settings, plugins: AgentPlugins) -> list[str]:

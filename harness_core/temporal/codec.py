@@ -381,9 +381,8 @@ class _ObjectBlobs:
             )
             next(iter(listing), None)
         except Exception as error:
-            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise PayloadStoreUnavailableError(
-                f"cannot use the object store {url} for payloads: {reason[:300]} "
+                f"cannot use the object store {url} for payloads: {_object_store_reason(error)} "
                 "(check [store] blobs and the credentials in the environment)"
             ) from None
 
@@ -438,6 +437,27 @@ class _ObjectBlobs:
 
     def forget_folder(self, prefix: str) -> None:
         """Object stores have no folders."""
+
+
+def _object_store_reason(error: Exception) -> str:
+    """Why an object store refused the first listing, in a few words where its status says it;
+    else the client's first line, without the XML body a server sent."""
+    text = str(error)
+    for status, reason in (
+        ("404", "no such bucket or container (404)"),
+        ("403", "the credentials were refused (403)"),
+        ("401", "the credentials were refused (401)"),
+    ):
+        if (
+            f"{status} Not Found" in text
+            or f"status code: {status}" in text
+            or f" {status} " in text
+        ):
+            return reason
+    if "builder error" in text and "http://" in text:
+        return "a plain-HTTP endpoint needs AWS_ALLOW_HTTP=true"
+    first = (text.strip().splitlines() or [type(error).__name__])[0]
+    return first.split("<?xml")[0].strip()[:300]
 
 
 def _listing(folder: Path) -> list[Path]:

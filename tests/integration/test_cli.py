@@ -860,3 +860,30 @@ def test_a_taken_port_is_one_line_before_anything_starts(tmp_path: Path) -> None
         "using the port? set [server] bind, or --bind)"
     )
     assert not (tmp_path / ".harness").exists()
+
+
+def test_a_namespace_the_temporal_service_lacks_fails_the_start_saying_how_to_create_it(
+    tmp_path: Path, temporal_address: str
+) -> None:
+    path = write_config(
+        tmp_path,
+        f"""
+        [agent]
+        id = "lost"
+        [temporal]
+        mode = "remote"
+        address = "{temporal_address}"
+        namespace = "no-such-namespace"
+        [server]
+        bind = "127.0.0.1:0"
+        """,
+    )
+    result = harness("serve", str(path))
+    said = (
+        f"the namespace 'no-such-namespace' does not exist on the Temporal service at "
+        f"{temporal_address}: create it (temporal operator namespace create --namespace "
+        f"no-such-namespace --address {temporal_address}) or set [temporal] namespace"
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == f"harness: {said}"
+    assert "Traceback" not in result.stderr and "MetadataMap" not in result.stderr

@@ -166,8 +166,17 @@ def test_a_bucket_that_does_not_exist_fails_at_once_naming_the_url(s3_bucket: st
         PayloadStore(f"s3://{s3_bucket}-missing/payloads")
     text = str(caught.value)
     assert f"s3://{s3_bucket}-missing/payloads" in text
+    assert "no such bucket or container (404)" in text
     assert "check [store] blobs" in text
-    assert "test-secret" not in text
+    assert "test-secret" not in text and "<?xml" not in text
+
+
+def test_a_plain_http_endpoint_without_its_switch_says_which_variable_it_needs(
+    s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AWS_ALLOW_HTTP")
+    with pytest.raises(PayloadStoreUnavailableError, match="needs AWS_ALLOW_HTTP=true"):
+        PayloadStore(f"s3://{s3_bucket}/payloads")
 
 
 def test_a_stand_in_workflow_belongs_to_its_task() -> None:
