@@ -54,8 +54,8 @@ class Claims:
             if settings.store.url is None
             else _Claim(
                 "store",
-                f"{settings.store.url}#{settings.store.schema or settings.agent_id}",
-                f"store schema {settings.store.schema or settings.agent_id!r} at {settings.store.url}",
+                f"{settings.store.url}#{settings.store_schema}",
+                f"store schema {settings.store_schema!r} at {settings.store.url}",
             ),
         ]
 

@@ -350,7 +350,7 @@ def _store_line(settings: Settings) -> str:
     if store.url is None:
         return str(settings.store_path)
     password = f", password from ${store.password_env}" if store.password_env else ""
-    return f"PostgreSQL {store.url}, schema {store.schema or settings.agent_id}{password}"
+    return f"PostgreSQL {store.url}, schema {settings.store_schema}{password}"
 
 
 if __name__ == "__main__":

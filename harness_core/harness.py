@@ -43,7 +43,6 @@ from harness_core.pool import pool
 from harness_core.push.delivery import PushActivities
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
-from harness_core.store.connection import PostgresLocation
 from harness_core.tasks.pace import TurnPace
 from harness_core.tasks.service import TaskService
 from harness_core.temporal.codec import payload_store_of
@@ -572,10 +571,9 @@ def _secret_values(settings: Settings, plugins: AgentPlugins) -> list[str]:
         key = settings.api_key()
         if key:
             values.append(key)
-    if settings.store.password_env is not None:
-        location = settings.store_location()
-        if isinstance(location, PostgresLocation) and location.password:
-            values.append(location.password)
+    password = settings.store_password()
+    if password:
+        values.append(password)
     for remote in settings.agents:
         for header in remote.headers:
             value = os.environ.get(header.split("=", 1)[1], "")

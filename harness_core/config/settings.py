@@ -145,18 +145,25 @@ class Settings:
             "card.signing_key_env",
         )
 
+    @property
+    def store_schema(self) -> str:
+        """The PostgreSQL schema of the agent's tables: ``store.schema``, else the agent id."""
+        return self.store.schema if self.store.schema is not None else self.agent.id
+
+    def store_password(self) -> str | None:
+        """Read the PostgreSQL password from the variable ``store.password_env`` names (None when
+        no variable is configured); the error names the variable, never a value."""
+        return self._secret(self.store.password_env, "PostgreSQL password", "store.password_env")
+
     def store_location(self) -> Path | PostgresLocation:
         """Where the store is: the SQLite file, or the PostgreSQL database and schema of
-        ``store.url`` (its password read from ``store.password_env``; the error names the
-        variable, never a value)."""
+        ``store.url`` with its password (:meth:`store_password`)."""
         if self.store.url is None:
             return self.store_path
         return PostgresLocation(
             url=self.store.url,
-            schema=self.store.schema if self.store.schema is not None else self.agent.id,
-            password=self._secret(
-                self.store.password_env, "PostgreSQL password", "store.password_env"
-            ),
+            schema=self.store_schema,
+            password=self.store_password(),
             pool_size=self.store.pool_size,
         )
 

@@ -67,11 +67,6 @@ class PostgresLocation:
     password: str | None = attrs.field(default=None, repr=False)
     pool_size: int = 8
 
-    @property
-    def key(self) -> str:
-        """What names this store in a claim: the URL and schema (no password)."""
-        return f"{self.url}#{self.schema}"
-
 
 def store_errors(*, operational: bool = False) -> tuple[type[Exception], ...]:
     """The exceptions a failing database raises: sqlite3's, and psycopg's when it is installed;
