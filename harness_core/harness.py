@@ -410,6 +410,7 @@ class Harness:
             turn_seconds=model.turn_budget,
             idle_seconds=self.settings.retention.idle_timeout,
             expired_state=f"TASK_STATE_{self.settings.retention.expired_state.upper()}",
+            block_for=self.settings.delegation.block_for,
         )
 
     def _credential(self) -> AgentCredential | None:

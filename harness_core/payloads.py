@@ -159,6 +159,9 @@ class TaskStart:
     #: A task waiting for input this long with no message ends (0: never), in this state.
     idle_seconds: float = 0.0
     expired_state: str = "TASK_STATE_CANCELED"
+    #: ``[delegation] block_for``: a delegating turn whose senders all wait asks the other agents
+    #: with a blocking send, within its workflow task, for this long before any stand-in (0: no).
+    block_for: float = 0.0
 
 
 @attrs.frozen
@@ -290,6 +293,9 @@ class DelegationRequest:
     participant: str
     #: The delegating task's context (its relayed progress belongs there).
     parent_context_id: str = ""
+    #: The message was sent before, by an ask that gave up waiting (``[delegation] block_for``):
+    #: the other agent may have its task although no send named it yet.
+    asked: bool = False
 
 
 @attrs.frozen

@@ -31,6 +31,9 @@ _IMPORT_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][
 _IMPORT_HINT = 'must be "package.module:name", e.g. "my_pkg.tools:lookup_order"'
 #: The longest ``[delegation] stream_for``: a stand-in hears a cancel only once its send returns.
 MAX_STREAM_FOR = 10.0
+#: The longest ``[delegation] block_for``: the delegating task's workflow task is held meanwhile
+#: (a cancel is heard once it ends), as long as a local turn may be (``tasks.state.LONG_TURN``).
+MAX_BLOCK_FOR = 4.0
 _MIN_REQUEST_BYTES = 1024
 
 
@@ -183,6 +186,12 @@ def validate(settings: Settings, label: str) -> None:
     if not 0 <= stream_for <= MAX_STREAM_FOR:
         raise bad_duration(
             label, "delegation.stream_for", stream_for, f"be between 0 and {MAX_STREAM_FOR:g}s"
+        )
+
+    block_for = settings.delegation.block_for
+    if not 0 <= block_for <= MAX_BLOCK_FOR:
+        raise bad_duration(
+            label, "delegation.block_for", block_for, f"be between 0 and {MAX_BLOCK_FOR:g}s"
         )
 
     _check_env_name(settings.card.signing_key_env, "card.signing_key_env", label)

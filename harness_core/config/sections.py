@@ -164,6 +164,9 @@ class DelegationConfig:
     # A delegation reads the answer on its send's own stream (SendStreamingMessage) for this
     # long; a task still running then is followed by pushes, or by reading it. 0: from the start.
     stream_for: float = 2.0
+    # A delegating turn whose senders all wait first asks with a blocking send, within its own
+    # workflow task, for this long; only an answer that takes longer needs a stand-in. 0: never.
+    block_for: float = 2.0
 
 
 @attrs.frozen

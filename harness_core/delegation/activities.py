@@ -31,6 +31,7 @@ from a2a.types import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     SendMessageConfiguration,
     SendMessageRequest,
@@ -61,6 +62,7 @@ from harness_core.payloads import (
 from harness_core.payloads import SETTLED_STATES as _SETTLED
 from harness_core.store import TaskStore
 from harness_core.tasks.views import fold_artifacts
+from harness_core.temporal.names import DELEGATE_ASK
 from harness_core.urls import http_client
 
 __all__ = ["DelegationActivities", "Peers", "card_problem", "token_digest"]
@@ -71,6 +73,8 @@ log = logging.getLogger("harness.delegation")
 MAX_RELAYED = 32
 #: A followed task's progress is relayed at most this often (seconds).
 RELAY_EVERY = 1.0
+# The other agent's tasks an ask's cancel looks through for the one its message started.
+_LOOKED_AT = 20
 #: Failure types of the delegation activities: their messages are ours, safe to show.
 REFUSED = "DelegationRefused"
 UNREACHABLE = "DelegationUnreachable"
@@ -389,15 +393,58 @@ class DelegationActivities:
         await self._note_remote(last.task.id)
         return attrs.evolve(_from_task(request.target, last.task, stale), pushed=config is not None)
 
-    async def _note_remote(self, remote_task_id: str) -> None:
-        """Keep the other agent's task id for the stand-in as soon as it is known: a cancel that
-        comes while the send is still running then cancels that task too."""
+    async def _note_remote(self, remote_task_id: str, stand_in: str = "") -> None:
+        """Keep the other agent's task id for the stand-in (this workflow, or ``stand_in``) as
+        soon as it is known: a cancel that comes while the send is still running then cancels
+        that task too."""
         if self.store is not None and remote_task_id:
             await anyio.to_thread.run_sync(
                 self.store.put_remote_task,
-                str(activity.info().workflow_id or ""),
+                stand_in or str(activity.info().workflow_id or ""),
                 remote_task_id,
             )
+
+    @activity.defn(name=DELEGATE_ASK)
+    async def delegate_ask(
+        self, request: DelegationRequest, stand_in: str, patience: float
+    ) -> DelegationResult:
+        """Ask first, within the delegating task's workflow task: a blocking send, for up to
+        ``patience`` seconds. An answer by then (the other agent's task settled) needs no
+        stand-in; else the result's state is empty, and the stand-in ``stand_in`` sends the same
+        message (the other agent takes it once) and follows the task. An agent in ``[[agents]]``
+        with ``updates = "push"`` or ``"follow"`` is never asked this way."""
+        remote = self.remote(request.target)
+        result = DelegationResult(target=request.target, remote_task_id="", state="")
+        if remote is not None and remote.updates != "stream":
+            return result
+        message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
+        with anyio.move_on_after(patience):
+            result = await self._ask(request, message, immediately=False)
+        if result.state in _SETTLED:
+            return result
+        # Still running: its stand-in follows it (a send names the task once the other agent
+        # takes the message in, which may wait for the end of its turn).
+        await self._note_remote(result.remote_task_id, stand_in)
+        return attrs.evolve(result, state="")
+
+    async def _ask(
+        self, request: DelegationRequest, message: Message, *, immediately: bool
+    ) -> DelegationResult:
+        """SendMessage, blocking or returning at once: the task (or direct answer) it got."""
+        async with self._calling(request) as (http, url):
+            client = await self._client(http, url)
+            send = SendMessageRequest(
+                message=message,
+                configuration=SendMessageConfiguration(return_immediately=immediately),
+                tenant=self._tenant(request.target),
+            )
+            events = [event async for event in client.send_message(send)]
+        if not events:
+            raise ApplicationError(f"agent {request.target} answered nothing", type=UNREACHABLE)
+        last = events[-1]
+        if last.HasField("message"):
+            return _from_message(request.target, last.message)
+        return _from_task(request.target, last.task)
 
     @activity.defn(name="delegate_wait")
     async def delegate_wait(
@@ -451,6 +498,8 @@ class DelegationActivities:
         if not task_id and self.store is not None:
             standin = str(activity.info().workflow_id or "")
             task_id = await anyio.to_thread.run_sync(self.store.remote_task, standin) or ""
+        if not task_id and request.asked:
+            task_id = await self._sent_task(request)
         if not task_id:
             return
         try:
@@ -462,8 +511,27 @@ class DelegationActivities:
         except Exception as error:  # an ended remote task cannot be canceled: fine
             log.info("canceling task %s of agent %s: %s", task_id, request.target, error)
 
+    async def _sent_task(self, request: DelegationRequest) -> str:
+        """The task that an ask gave up waiting for, before any send named it: among the
+        participant's latest tasks at the other agent (ListTasks), the one that holds the
+        message; else the same message again (the other agent takes it once) names it, once
+        the other agent takes it in (a turn that runs may hold it for a while)."""
+        message_id = str(request.message.get("messageId", ""))
+        with contextlib.suppress(A2AError, ApplicationError):
+            async with self._calling(request) as (http, url):
+                client = await self._client(http, url)
+                listed = await client.list_tasks(
+                    ListTasksRequest(tenant=self._tenant(request.target), page_size=_LOOKED_AT)
+                )
+            for task in listed.tasks:
+                if any(m.message_id == message_id for m in task.history):
+                    return task.id
+        message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
+        return (await self._ask(request, message, immediately=True)).remote_task_id
+
     def all(self) -> list[Callable[..., Any]]:
         return [
+            self.delegate_ask,
             self.delegate_send,
             self.delegate_status,
             self.delegate_wait,

@@ -63,8 +63,8 @@ class LlmTurn:
     _task: TaskState
     _attempts: Attempts
 
-    async def _stand_ins(
-        self, start: TaskStart, sends: list[tuple[str, str, ProtoJSON]]
+    async def _answers(
+        self, start: TaskStart, sends: list[tuple[str, str, ProtoJSON]], *, ask_first: bool
     ) -> list[DelegationResult | None] | None:
         raise NotImplementedError
 
@@ -137,7 +137,7 @@ class LlmTurn:
             results: list[Any] = []
             for spec in answer.tool_calls:
                 if spec.delegate:
-                    output = await self._ask(start, spec)
+                    output = await self._ask(start, spec, local)
                 else:
                     output = await self._tool(start, spec, local)
                 if output is None:
@@ -154,9 +154,12 @@ class LlmTurn:
                 )
             exchange.append({"tool_results": results})
 
-    async def _ask(self, start: TaskStart, spec: ToolCallSpec) -> ToolCallOutput | None:
-        """The model asked another agent (a delegation tool): one stand-in, its answer as the
-        tool's result. None: the task was canceled meanwhile."""
+    async def _ask(
+        self, start: TaskStart, spec: ToolCallSpec, local: bool
+    ) -> ToolCallOutput | None:
+        """The model asked another agent (a delegation tool): one delegation (asked first when
+        the turn is ``local``), its answer as the tool's result. None: the task was canceled
+        meanwhile."""
         try:
             arguments: Any = json.loads(spec.arguments or "{}")
             text = (
@@ -169,7 +172,8 @@ class LlmTurn:
         if not text:
             return ToolCallOutput(f"{spec.name} needs a message to send", failed=True)
         message: ProtoJSON = {"role": "ROLE_USER", "parts": [{"text": text}]}
-        results = await self._stand_ins(start, [(spec.call_id, spec.delegate, message)])
+        sends = [(spec.call_id, spec.delegate, message)]
+        results = await self._answers(start, sends, ask_first=local)
         if results is None:
             return None
         [result] = results

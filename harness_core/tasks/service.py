@@ -187,9 +187,13 @@ class TaskService(TaskPushes):
                 raise
 
         self._own(task_id)
-        await self._note_start(start, inbound)
+        outcome = await self._listed_while(
+            start, inbound, lambda: self._retrying(lambda: self._call(update_with_start))
+        )
         try:
-            receipt = await self._retrying(lambda: self._call(update_with_start))
+            if isinstance(outcome, Exception):
+                raise outcome
+            receipt = outcome
         except WorkflowAlreadyStartedError:
             return await self._closed_delivery(task_id, inbound)
         except WorkflowUpdateFailedError as exc:
@@ -207,10 +211,24 @@ class TaskService(TaskPushes):
             raise
         return await self._delivered(task_id, receipt)
 
+    async def _listed_while(
+        self, start: TaskStart, inbound: Inbound, starting: Callable[[], Awaitable[Receipt]]
+    ) -> Receipt | Exception:
+        """Run ``starting`` while the new task's entry is written to the index (the index keeps
+        whichever write is later): its receipt, or what it raised, once both are done."""
+        outcome: list[Receipt | Exception] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._note_start, start, inbound)
+            try:
+                outcome.append(await starting())
+            except Exception as error:  # the caller raises it, once the entry is written
+                outcome.append(error)
+        return outcome[0]
+
     async def _note_start(self, start: TaskStart, inbound: Inbound) -> None:
-        """List a new task before its workflow starts: a blocking sender's task is then listed
-        (SUBMITTED) even while its turn waits for a free worker slot. Anything the workflow
-        writes later wins over this entry."""
+        """List a new task as its workflow starts: a blocking sender's task is then listed
+        (SUBMITTED) even while its turn waits for a free worker slot. Whatever the workflow
+        writes wins over this entry, before or after it."""
         message = {**inbound.message, "taskId": start.task_id, "contextId": start.context_id}
         people = (inbound.participant,) if inbound.participant else ()
         stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")

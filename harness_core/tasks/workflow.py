@@ -56,6 +56,7 @@ from harness_core.tasks.state import LONG_TURN, TaskRefused, TaskState
 from harness_core.temporal.names import (
     ARCHIVE,
     CHECKPOINT,
+    DELEGATE_ASK,
     DELEGATION_WORKFLOW,
     PUSH,
     RELAY_ONCE,
@@ -160,7 +161,7 @@ class TaskWorkflow(LlmTurn):
             if local and held >= LONG_TURN:
                 task.long_turns = True
             if outcome is not None and outcome.kind == "delegate":
-                outcome = await self._delegate(start, outcome)
+                outcome = await self._delegate(start, outcome, asked_first=local)
             if outcome is None:
                 task.end("TASK_STATE_CANCELED", "canceled")
                 return
@@ -218,6 +219,7 @@ class TaskWorkflow(LlmTurn):
                 carry=task.carry(),
                 idle_seconds=start.idle_seconds,
                 expired_state=start.expired_state,
+                block_for=start.block_for,
             )
         )
 
@@ -301,10 +303,15 @@ class TaskWorkflow(LlmTurn):
 
     # -- delegation ---------------------------------------------------------------------------------
 
-    async def _delegate(self, start: TaskStart, outcome: TurnOutcome) -> TurnOutcome | None:
-        """Hand the turn's messages to other agents, each through a stand-in child workflow, and
-        wait for all of them; their answers become the next turn's messages. None: the task was
-        canceled meanwhile (the stand-ins, and so the remote tasks, are canceled too)."""
+    async def _delegate(
+        self, start: TaskStart, outcome: TurnOutcome, *, asked_first: bool
+    ) -> TurnOutcome | None:
+        """Hand the turn's messages to other agents and wait for all of them; their answers
+        become the next turn's messages. ``asked_first`` (every sender waits, so nobody watches
+        the task meanwhile): each new message is first sent blocking from this workflow task,
+        for up to ``[delegation] block_for``; the rest go through stand-in child workflows.
+        None: the task was canceled meanwhile (the stand-ins, and so the remote tasks, are
+        canceled too)."""
         self._task.delegating(outcome)
         sends: list[tuple[str, str, ProtoJSON]] = []
         for index, spec in enumerate(outcome.delegations, start=1):
@@ -312,49 +319,118 @@ class TaskWorkflow(LlmTurn):
             if spec.task_id:
                 message["taskId"] = spec.task_id
             sends.append((str(index), spec.target, message))
-        results = await self._stand_ins(start, sends)
+        results = await self._answers(start, sends, ask_first=asked_first)
         if results is None:
             return None
-        for index, (spec, result) in enumerate(zip(outcome.delegations, results, strict=True)):
+        for index, (spec, result) in enumerate(zip(outcome.delegations, results, strict=True), 1):
             if result is None:  # a failed stand-in is told as a failed delegation
                 result = DelegationResult(
                     target=spec.target, remote_task_id="", state="", error="the delegation failed"
                 )
-            self._task.take_answer(index + 1, result)
+            self._task.take_answer(index, result)
         # Not an answer: the next turn, with the other agents' answers, decides.
         return TurnOutcome(kind="delegate")
 
-    async def _stand_ins(
-        self, start: TaskStart, sends: list[tuple[str, str, ProtoJSON]]
+    async def _answers(
+        self, start: TaskStart, sends: list[tuple[str, str, ProtoJSON]], *, ask_first: bool
     ) -> list[DelegationResult | None] | None:
-        """Start one stand-in child workflow per (key, target, message) of this turn, all at once,
-        and wait for all of them: their results in order (None for a stand-in that failed), or
-        None when the task was canceled meanwhile (the stand-ins, and so the remote tasks, are
-        canceled too). The key names the message and the stand-in within the turn."""
+        """The other agents' answers to (key, target, message) sends, in order (None for a
+        delegation that failed); None when the task was canceled meanwhile. ``ask_first``:
+        new messages are first sent blocking, in this workflow task (``_ask_first``); the rest
+        go to stand-ins."""
+        asking = ask_first and start.block_for > 0
+        answers: dict[str, DelegationResult | None] = {}
+        if asking:
+            answers.update(await self._ask_first(start, sends))
+        rest = [send for send in sends if send[0] not in answers]
+        if rest:
+            followed = await self._stand_ins(start, rest, asked=asking)
+            if followed is None:
+                return None
+            answers.update(zip((key for key, _, _ in rest), followed, strict=True))
+        return [answers[key] for key, _, _ in sends]
+
+    def _delegation(
+        self, start: TaskStart, key: str, target: str, message: ProtoJSON, *, asked: bool = False
+    ) -> tuple[str, DelegationRequest]:
+        """The stand-in id and the request of the turn's delegation ``key``. The message id is
+        derived from the task, the turn and the key: every send of it reaches one remote task."""
         task = self._task
         number = task.turns
         # The remote tasks belong to the participant whose message asked for this turn.
         participant = task.asker or (
             task.participants[0] if task.participants else f"agent:{start.agent_id}"
         )
+        request = DelegationRequest(
+            agent_id=start.agent_id,
+            parent_task_id=start.task_id,
+            target=target,
+            message={"messageId": f"{start.task_id}:{number}:{key}", **message},
+            participant=participant,
+            parent_context_id=start.context_id,
+            asked=asked and not message.get("taskId"),
+        )
+        return f"{start.task_id}:delegate:{number}:{key}", request
+
+    async def _ask_first(
+        self, start: TaskStart, sends: list[tuple[str, str, ProtoJSON]]
+    ) -> dict[str, DelegationResult]:
+        """Send each new message (not an answer to another agent's question, whose stand-in
+        notes the question first) blocking, all at once, as local activities of this workflow
+        task: the answers that came within ``block_for``, by key. A delegation that failed or
+        did not answer yet is left to its stand-in, which sends the same message again."""
+        asks = [
+            (key, *self._delegation(start, key, target, message))
+            for key, target, message in sends
+            if not message.get("taskId")
+        ]
+        if not asks:
+            return {}
+        outcomes = await asyncio.gather(
+            *(
+                workflow.execute_local_activity(
+                    DELEGATE_ASK,
+                    args=[request, stand_in, start.block_for],
+                    result_type=DelegationResult,
+                    start_to_close_timeout=timedelta(seconds=start.block_for + 10),
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                )
+                for _, stand_in, request in asks
+            ),
+            return_exceptions=True,
+        )
+        answers: dict[str, DelegationResult] = {}
+        for (key, _, _), result in zip(asks, outcomes, strict=True):
+            if isinstance(result, DelegationResult) and result.state:
+                answers[key] = result
+            elif not isinstance(result, DelegationResult | ActivityError | ApplicationError):
+                raise result
+        return answers
+
+    async def _stand_ins(
+        self, start: TaskStart, sends: list[tuple[str, str, ProtoJSON]], *, asked: bool
+    ) -> list[DelegationResult | None] | None:
+        """Start one stand-in child workflow per (key, target, message) of this turn, all at once,
+        and wait for all of them: their results in order (None for a stand-in that failed), or
+        None when the task was canceled meanwhile (the stand-ins, and so the remote tasks, are
+        canceled too). The key names the message and the stand-in within the turn; ``asked``:
+        the new messages were sent already, by asks that gave up waiting."""
+        task = self._task
+        requests = [
+            self._delegation(start, key, target, message, asked=asked)
+            for key, target, message in sends
+        ]
         handles: list[workflow.ChildWorkflowHandle[Any, DelegationResult]] = list(
             await asyncio.gather(
                 *(
                     workflow.start_child_workflow(
                         DELEGATION_WORKFLOW,
-                        DelegationRequest(
-                            agent_id=start.agent_id,
-                            parent_task_id=start.task_id,
-                            target=target,
-                            message={"messageId": f"{start.task_id}:{number}:{key}", **message},
-                            participant=participant,
-                            parent_context_id=start.context_id,
-                        ),
-                        id=f"{start.task_id}:delegate:{number}:{key}",
+                        request,
+                        id=stand_in,
                         task_queue=workflow.info().task_queue,
                         result_type=DelegationResult,
                     )
-                    for key, target, message in sends
+                    for stand_in, request in requests
                 )
             )
         )

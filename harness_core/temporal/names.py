@@ -12,6 +12,7 @@ __all__ = [
     "ARCHIVE",
     "CHECKPOINT",
     "COMPACT",
+    "DELEGATE_ASK",
     "DELEGATE_CANCEL",
     "DELEGATE_POLL",
     "DELEGATE_SEND",
@@ -49,7 +50,9 @@ STORE_RECORD = "store_record"
 PUSH = "push_deliver"
 HEARTBEAT = "heartbeat"
 
-# A delegation's stand-in's activities.
+# A delegation's activities: asking first within the delegating task's workflow task, then
+# the stand-in's.
+DELEGATE_ASK = "delegate_ask"
 DELEGATE_SEND = "delegate_send"
 DELEGATE_STATUS = "delegate_status"
 DELEGATE_POLL = "delegate_poll"

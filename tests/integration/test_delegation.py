@@ -7,6 +7,7 @@ Temporal. Only the agents' decisions are scripted.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import signal
@@ -29,6 +30,8 @@ from a2a.types import (
     TaskState,
 )
 from google.protobuf.json_format import MessageToDict
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from harness_core import (
     Ask,
@@ -101,9 +104,40 @@ class Team:
         return Complete("d says 42")
 
 
+def delegation_settings(updates: str, stream_for: str = "2s") -> dict[str, Any]:
+    """``[delegation]`` for a way of taking the answers: "ask" (the default: a turn whose
+    senders all wait asks with a blocking send first, within its workflow task), "stream"
+    (stand-ins read the answer on the send's own stream), "push" or "follow" (stand-ins, from the
+    start: ``stream_for = 0``)."""
+    return {
+        "stream_for": stream_for if updates in ("ask", "stream") else 0,
+        "block_for": "2s" if updates == "ask" else 0,
+    }
+
+
+async def stand_ins(address: str, task_id: str, turn: int = 1, count: int = 2) -> list[str]:
+    """The stand-in workflows that the ``turn``'s first ``count`` delegations of a task started
+    (its delegations that were followed), by their ids. Temporal's client needs asyncio: it
+    runs on a loop of its own in a thread, whichever backend the test runs on."""
+
+    async def look() -> list[str]:
+        client = await Client.connect(address)
+        found: list[str] = []
+        for key in range(1, count + 1):
+            stand_in = f"{task_id}:delegate:{turn}:{key}"
+            try:
+                await client.get_workflow_handle(stand_in).describe()
+            except RPCError as error:
+                assert error.status == RPCStatusCode.NOT_FOUND
+                continue
+            found.append(stand_in)
+        return found
+
+    return await anyio.to_thread.run_sync(asyncio.run, look())
+
+
 def team_harnesses(tmp_path: Path, address: str, team: Team, updates: str) -> list[Harness]:
-    """a..d of one group. ``updates``: "stream" (the default: answers read on the send's own
-    stream), "push" or "follow" (from the start: ``[delegation] stream_for = 0``)."""
+    """a..d of one group, taking answers as ``updates`` says (``delegation_settings``)."""
     return [
         Harness(
             agent_settings(
@@ -111,7 +145,7 @@ def team_harnesses(tmp_path: Path, address: str, team: Team, updates: str) -> li
                 address,
                 team.ids[name],
                 push={"agent_hosts": ["127.0.0.1"]},
-                delegation={"stream_for": "2s" if updates == "stream" else 0},
+                delegation=delegation_settings(updates),
             ),
             agent=getattr(team, name),
             prefix=f"/agents/{team.ids[name]}",
@@ -121,7 +155,7 @@ def team_harnesses(tmp_path: Path, address: str, team: Team, updates: str) -> li
     ]
 
 
-@pytest.mark.parametrize("updates", ["stream", "push", "follow"])
+@pytest.mark.parametrize("updates", ["ask", "stream", "push", "follow"])
 async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
     tmp_path, temporal_address, updates
 ):
@@ -169,6 +203,9 @@ async def test_a_delegates_to_b_and_c_and_b_to_d_and_a_completes_with_all_three(
     assert len(tokens) == (2 if updates == "push" else 0)
     assert len(hooks) == (1 if updates == "push" else 0)
     assert all(len(d) == 64 for (d,) in tokens)
+    # Asked first, the answers came within a's workflow task: no stand-in; else one for each.
+    followed = await stand_ins(temporal_address, task.id)
+    assert len(followed) == (0 if updates == "ask" else 2)
 
 
 @pytest.mark.parametrize("updates", ["stream", "push", "follow"])
@@ -249,7 +286,7 @@ async def test_the_delegating_task_streams_the_progress_of_the_agents_it_asked(
     assert len({message_id for _, _, message_id in relayed}) == len(relayed)
 
 
-@pytest.mark.parametrize("updates", ["stream", "push", "follow"])
+@pytest.mark.parametrize("updates", ["ask", "stream", "push", "follow"])
 async def test_a_answers_the_question_of_the_agent_it_asked(tmp_path, temporal_address, updates):
     """Given d asks a question before it answers, when a delegates to d, then a's next turn gets
     d's question (INPUT_REQUIRED, with d's task id), a answers it by continuing d's task, and a
@@ -281,7 +318,7 @@ async def test_a_answers_the_question_of_the_agent_it_asked(tmp_path, temporal_a
                 temporal_address,
                 agent_id,
                 push={"agent_hosts": ["127.0.0.1"]},
-                delegation={"stream_for": "0.5s" if updates == "stream" else 0},
+                delegation=delegation_settings(updates, stream_for="0.5s"),
             ),
             agent=agent,
             prefix=f"/agents/{agent_id}",
@@ -641,3 +678,112 @@ async def test_canceling_the_delegating_task_cancels_the_remote_task(
         gate.release()
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert remote.status.state == TaskState.TASK_STATE_CANCELED
+
+
+async def test_an_answer_slower_than_block_for_is_followed_by_a_stand_in(
+    tmp_path, temporal_address
+):
+    """Given a blocking sender and d slower than a's ``[delegation] block_for``, when a delegates
+    to d, then a's blocking ask gives up waiting, a stand-in follows d's task, d's model ran once
+    (every send of the delegation's message reaches the same task), and a completes with d's
+    answer."""
+    a_id, d_id = unique_id("a"), unique_id("d")
+    turns: collections.Counter[str] = collections.Counter()
+
+    async def a(ctx: TurnContext) -> TurnResult:
+        if ctx.number == 1:
+            return Delegate(Delegation(d_id, "slowly"))
+        return Complete(f"a: {ctx.new_messages[-1].text}")
+
+    async def d(ctx: TurnContext) -> TurnResult:
+        turns[ctx.new_messages[-1].text] += 1
+        await anyio.sleep(1.5)
+        return Complete("done slowly")
+
+    harnesses = [
+        Harness(
+            agent_settings(tmp_path / "a", temporal_address, a_id, delegation={"block_for": 0.3}),
+            agent=a,
+            prefix=f"/agents/{a_id}",
+        ),
+        Harness(
+            agent_settings(tmp_path / "d", temporal_address, d_id),
+            agent=d,
+            prefix=f"/agents/{d_id}",
+        ),
+    ]
+    headers = {"X-Participant-Id": "dora"}
+    async with (
+        serving(*harnesses) as url,
+        a2a_client(f"{url}/agents/{a_id}", streaming=False, headers=headers) as client,
+        a2a_client(f"{url}/agents/{d_id}", streaming=False, headers=headers) as at_d,
+    ):
+        task = await send_blocking(client, user_message("go"))
+        d_tasks = (await at_d.list_tasks(ListTasksRequest())).tasks
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == "a: done slowly"
+    assert turns == {"slowly": 1}
+    assert [t.status.state for t in d_tasks] == [TaskState.TASK_STATE_COMPLETED]
+    assert await stand_ins(temporal_address, task.id, count=1) == [f"{task.id}:delegate:1:1"]
+
+
+async def test_canceling_a_task_whose_ask_gave_up_cancels_the_remote_task(
+    tmp_path, temporal_address
+):
+    """Given a blocking sender, and d holding its turn past a's ``[delegation] block_for``, when
+    the participant cancels a's task while a's ask waits, then a's task and d's are CANCELED: the
+    ask that gave up learned d's task id for the stand-in, which is canceled at once and cancels
+    d's task."""
+    gate = Gate()
+    a_id, d_id = unique_id("a"), unique_id("d")
+
+    async def a(ctx: TurnContext) -> TurnResult:
+        return Delegate(Delegation(d_id, "take forever"))
+
+    async def d(ctx: TurnContext) -> TurnResult:
+        await gate.pass_through()
+        return Complete("never")
+
+    harnesses = [
+        Harness(
+            agent_settings(tmp_path / "a", temporal_address, a_id, delegation={"block_for": 0.3}),
+            agent=a,
+            prefix=f"/agents/{a_id}",
+        ),
+        Harness(
+            agent_settings(tmp_path / "d", temporal_address, d_id),
+            agent=d,
+            prefix=f"/agents/{d_id}",
+        ),
+    ]
+    headers = {"X-Participant-Id": "carol"}
+    blocked: list[Any] = []
+    try:
+        async with (
+            serving(*harnesses) as url,
+            a2a_client(f"{url}/agents/{a_id}", streaming=False, headers=headers) as client,
+            a2a_client(f"{url}/agents/{d_id}", streaming=False, headers=headers) as at_d,
+            anyio.create_task_group() as tg,
+        ):
+
+            async def send() -> None:
+                blocked.append(await send_blocking(client, user_message("start")))
+
+            tg.start_soon(send)
+            with anyio.fail_after(60):
+                await gate.wait_entered()
+            # While a's ask still waits: the cancel is heard once it gave up.
+            [a_task] = (await client.list_tasks(ListTasksRequest())).tasks
+            [d_task] = (await at_d.list_tasks(ListTasksRequest())).tasks
+            canceled = await client.cancel_task(CancelTaskRequest(id=a_task.id))
+            with anyio.fail_after(40):
+                while True:
+                    remote = await at_d.get_task(GetTaskRequest(id=d_task.id))
+                    if remote.status.state in TERMINAL:
+                        break
+                    await anyio.sleep(0.1)
+    finally:
+        gate.release()
+    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert remote.status.state == TaskState.TASK_STATE_CANCELED
+    assert [t.status.state for t in blocked] == [TaskState.TASK_STATE_CANCELED]

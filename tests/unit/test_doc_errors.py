@@ -319,6 +319,10 @@ MORE = [
         "'delegation.stream_for' is 30s: must be between 0 and 10s",
     ),
     (
+        '[delegation]\nblock_for = "10s"\n',
+        "'delegation.block_for' is 10s: must be between 0 and 4s",
+    ),
+    (
         '[auth]\naudience = " "\n',
         "'auth.audience' is ' ': must not be blank; leave it out for the endpoint URL",
     ),
