@@ -60,10 +60,12 @@ class Pair:
         return Complete("42")
 
 
-def harnesses(tmp_path: Path, address: str, pair: Pair) -> list[Harness]:
+def harnesses(tmp_path: Path, address: str, pair: Pair, block_for: float = 2.0) -> list[Harness]:
     return [
         Harness(
-            agent_settings(tmp_path / name, address, pair.ids[name]),
+            agent_settings(
+                tmp_path / name, address, pair.ids[name], delegation={"block_for": block_for}
+            ),
             agent=getattr(pair, name),
             prefix=f"/agents/{pair.ids[name]}",
         )
@@ -85,9 +87,12 @@ def ancestors(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[str]:
     return names
 
 
+@pytest.mark.parametrize("way", ["asked", "stand-in"])
 async def test_a_delegated_request_is_one_trace_across_both_agents(
-    tmp_path: Path, temporal_address: str, spans: InMemorySpanExporter
+    tmp_path: Path, temporal_address: str, spans: InMemorySpanExporter, way: str
 ) -> None:
+    """Asked first within a's workflow task (``delegate_ask``), or through a stand-in workflow
+    (``[delegation] block_for = 0``: its ``delegate_send``), the delegation is in a's trace."""
     pair = Pair()
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
@@ -98,7 +103,9 @@ async def test_a_delegated_request_is_one_trace_across_both_agents(
     logger.setLevel(logging.INFO)
     try:
         async with (
-            serving(*harnesses(tmp_path, temporal_address, pair)) as url,
+            serving(
+                *harnesses(tmp_path, temporal_address, pair, 2.0 if way == "asked" else 0)
+            ) as url,
             a2a_client(f"{url}/agents/{pair.ids['a']}", streaming=False) as client,
         ):
             task = await send_blocking(client, user_message("ask b"))
@@ -120,12 +127,14 @@ async def test_a_delegated_request_is_one_trace_across_both_agents(
         return sorted((s for s in ours if s.name == name), key=lambda s: s.start_time or 0)
 
     # a's request, its workflow and turn, the delegation and its send to b.
-    [send] = named("RunActivity:delegate_send")
+    sender = "RunActivity:delegate_ask" if way == "asked" else "RunActivity:delegate_send"
+    [send] = named(sender)
     assert a_post in ancestors(send, by_id)
-    assert "RunWorkflow:DelegationWorkflow.2" in [s.name for s in ours]
+    stand_in = "RunWorkflow:DelegationWorkflow.2" in [s.name for s in ours]
+    assert stand_in == (way == "stand-in")
     # b's request is a child of that send (its traceparent), and b's turn runs under it.
     [b_request] = named(b_post)
-    assert ancestors(b_request, by_id)[0] == "RunActivity:delegate_send"
+    assert ancestors(b_request, by_id)[0] == sender
     turns = named("RunActivity:run_turn")
     b_turns = [t for t in turns if b_post in ancestors(t, by_id)]
     a_turns = [t for t in turns if b_post not in ancestors(t, by_id)]
