@@ -8,9 +8,11 @@ said. A client sends blocking JSON-RPC ``SendMessage`` calls, ``--requests`` (50
 interleaved order:
 
 * ``direct``: to ``b``: the baseline, one durable task and one turn.
-* ``start``: to ``b`` with ``returnImmediately``: what starting one durable task costs.
-* ``delegated``: to ``a``: a's task, a's turn, a stand-in child workflow sending to ``b`` over A2A
-  (``b``'s task and turn), then a's second turn.
+* ``start``: to ``b`` with ``returnImmediately``: what starting one durable task costs. Its turn
+  runs on after the answer: the next call waits (untimed) until that task completed, so the turn
+  runs into no measured call (``--no-settle``: it does not wait, as before 2026-12-04).
+* ``delegated``: to ``a``: a's task, a's turn, a blocking send to ``b`` over A2A within a's
+  workflow task (``b``'s task and turn; ``[delegation] block_for``), then a's second turn.
 
 Each is run twice: with pushes from ``b`` to ``a`` (``[push] allow_hosts`` names loopback), and
 following ``b``'s task (``RouteOptions(push=False)``).
@@ -69,13 +71,31 @@ def body(text: str, *, immediately: bool = False) -> dict[str, Any]:
 
 
 async def timed(http: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> float:
+    return (await call(http, url, payload))[0]
+
+
+async def call(
+    http: httpx.AsyncClient, url: str, payload: dict[str, Any]
+) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
     answer = await http.post(url, json=payload)
     elapsed = time.perf_counter() - started
     result = answer.json().get("result")
     if answer.status_code != 200 or result is None:
         raise RuntimeError(f"{url}: {answer.status_code} {answer.text[:200]}")
-    return elapsed
+    return elapsed, result
+
+
+async def settled(http: httpx.AsyncClient, url: str, task_id: str) -> None:
+    """Wait (untimed, at most 10 s) until a task started with ``returnImmediately`` completed:
+    its turn then runs into no measured call."""
+    payload = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task_id}}
+    with anyio.move_on_after(10):
+        while True:
+            answer = (await http.post(url, json=payload)).json().get("result") or {}
+            if answer.get("status", {}).get("state") == "TASK_STATE_COMPLETED":
+                return
+            await anyio.sleep(0.005)
 
 
 async def scenario(push: bool, options: argparse.Namespace) -> dict[str, list[float]]:
@@ -108,9 +128,10 @@ async def scenario(push: bool, options: argparse.Namespace) -> dict[str, list[fl
                     await timed(http, f"{root}/b/", body("warm"))
                 for _ in range(options.requests):
                     times["direct"].append(await timed(http, f"{root}/b/", body("hi")))
-                    times["start"].append(
-                        await timed(http, f"{root}/b/", body("hi", immediately=True))
-                    )
+                    elapsed, started = await call(http, f"{root}/b/", body("hi", immediately=True))
+                    times["start"].append(elapsed)
+                    if options.settle:
+                        await settled(http, f"{root}/b/", started["task"]["id"])
                     times["delegated"].append(await timed(http, f"{root}/a/", body("hi")))
             tg.cancel_scope.cancel()
         return times
@@ -134,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="10 of each")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--no-settle",
+        dest="settle",
+        action="store_false",
+        help="do not wait for a started task's turn before the next call (as before 2026-12-04)",
+    )
     options = parser.parse_args(argv)
     if options.quick:
         options.requests = 10
