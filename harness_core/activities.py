@@ -256,11 +256,14 @@ class AgentActivities:
     async def _gate(
         self, request: TurnRequest, history: tuple[TurnMessage, ...]
     ) -> tuple[str, ...]:
-        """The plugins whose turn gates decline this turn (none: take it)."""
-        if self.plugins is None:
+        """The plugins whose turn gates decline this turn (none: take it). Guarded like the
+        turn: a slow gate heartbeats, and a client's cancel is heard."""
+        plugins = self.plugins
+        if plugins is None or not plugins.gated:
             return ()
-        return await self.plugins.gate(
-            history, task_id=request.task_id, context_id=request.context_id
+        return await self._guarded(
+            request.task_id,
+            lambda: plugins.gate(history, task_id=request.task_id, context_id=request.context_id),
         )
 
     async def _note_progress(self, task_id: str, status: ProtoJSON) -> None:
@@ -296,8 +299,7 @@ class AgentActivities:
         if agent is None:
             raise ApplicationError("this agent runs an LLM loop, not turns", non_retryable=True)
         history = await self._history(request)
-        # Guarded like the turn: a slow gate heartbeats, and a client's cancel is heard.
-        declined = await self._guarded(request.task_id, lambda: self._gate(request, history))
+        declined = await self._gate(request, history)
         if declined:
             return TurnOutcome(kind="declined", declined=declined)
         ctx = self._context(request, history)
@@ -326,9 +328,7 @@ class AgentActivities:
         history = tuple(row.message for row in transcript.rows)
         ctx = self._context(step.turn, history)
         if step.step == 1:
-            declined = await self._guarded(
-                step.turn.task_id, lambda: self._gate(step.turn, history)
-            )
+            declined = await self._gate(step.turn, history)
             if declined:
                 return ModelStep(text="", tool_calls=(), response=None, declined=declined)
         # The model's text streams in only when it can be watched: a regular activity (its

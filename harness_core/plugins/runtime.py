@@ -156,6 +156,11 @@ class AgentPlugins:
 
     # -- hooks -----------------------------------------------------------------------------------------
 
+    @property
+    def gated(self) -> bool:
+        """Some plugin has a turn gate."""
+        return any(item.plugin.gate is not None for item in self._loaded)
+
     async def gate(
         self, history: Sequence[TurnMessage], *, task_id: str, context_id: str
     ) -> tuple[str, ...]:
