@@ -170,45 +170,52 @@ class AgentActivities:
     async def _history(
         self, request: TurnRequest, since: int | None = None
     ) -> tuple[TurnMessage, ...]:
-        """The turn's messages: the task's latest ``HISTORY_WINDOW``, content restored.
+        """The turn's messages: the task's latest ``HISTORY_WINDOW``, content restored
+        (``_history_rows``; in a thread unless the request holds them all)."""
+        if request.archived == 0 and request.index is None and not request.persist and not since:
+            rows = self._inline(request)
+        else:
+            rows = await anyio.to_thread.run_sync(self._history_rows, request, since)
+        return tuple(message_from_json(m, sender) for m, sender in rows)
+
+    @staticmethod
+    def _inline(request: TurnRequest) -> list[tuple[Any, str | None]]:
+        senders = dict(request.senders)
+        return [(m, senders.get(str(m.get("messageId", "")))) for m in request.messages]
+
+    def _history_rows(
+        self, request: TurnRequest, since: int | None = None
+    ) -> list[tuple[Any, str | None]]:
+        """The turn's messages (JSON) with their senders, from the store's side (blocking).
 
         First the listing index learns that the turn started: the request's messages and the
         task's new events are written to the store with its state (at their positions, so a retry
         changes nothing). Earlier messages are read from the store; the request's own are used as
         they are. A store that takes no writes does not stop the turn.
         """
-        senders = dict(request.senders)
         start = request.archived
         end = start + len(request.messages)
-        inline = [(m, senders.get(str(m.get("messageId", "")))) for m in request.messages]
+        inline = self._inline(request)
+        if start == 0 and request.index is None and not request.persist and not since:
+            return inline
         entry = request.index
-        if entry is not None:
-            archive = attrs.evolve(
-                entry.archive,
-                first_message=start,
-                messages=request.messages,
-                senders=request.senders,
-            )
-            entry = attrs.evolve(entry, archive=archive)
-
-        def read() -> list[tuple[Any, str | None]]:
-            store = self.store
-            try:
-                if entry is not None:
-                    store.checkpoint(entry)
-                elif request.persist:
-                    store.put_messages(request.task_id, start, request.messages, request.senders)
-            except STORE_BUSY_ERRORS as error:
-                log.warning("task %s: the store refused its messages: %s", request.task_id, error)
-            first = max(0, end - HISTORY_WINDOW) if since is None else min(since, end)
-            earlier = store.messages_with_senders(request.task_id, first, start)
-            rows = [*earlier, *inline[max(0, first - start) :]]
-            return rows
-
-        if start == 0 and entry is None and not request.persist and not since:
-            return tuple(message_from_json(m, sender) for m, sender in inline)
-        rows = await anyio.to_thread.run_sync(read)
-        return tuple(message_from_json(m, sender) for m, sender in rows)
+        store = self.store
+        try:
+            if entry is not None:
+                archive = attrs.evolve(
+                    entry.archive,
+                    first_message=start,
+                    messages=request.messages,
+                    senders=request.senders,
+                )
+                store.checkpoint(attrs.evolve(entry, archive=archive))
+            elif request.persist:
+                store.put_messages(request.task_id, start, request.messages, request.senders)
+        except STORE_BUSY_ERRORS as error:
+            log.warning("task %s: the store refused its messages: %s", request.task_id, error)
+        first = max(0, end - HISTORY_WINDOW) if since is None else min(since, end)
+        earlier = store.messages_with_senders(request.task_id, first, start)
+        return [*earlier, *inline[max(0, first - start) :]]
 
     def _context(
         self, request: TurnRequest, history: tuple[TurnMessage, ...]
@@ -227,22 +234,29 @@ class AgentActivities:
 
     async def _transcript(self, request: TurnRequest) -> Transcript:
         """The turn's messages for a model step: those since the task's last fold (its summary
-        with them), each earlier answer with its turn's tool calls and results."""
-        fold = await anyio.to_thread.run_sync(self.store.latest_fold, request.task_id)
-        since = fold[1] if fold is not None else None
-        history = await self._history(request, since=since)
+        with them), each earlier answer with its turn's tool calls and results. The store is
+        read once, in one thread hop (the fold, the messages, the exchanges)."""
         end = request.archived + len(request.messages)
+
+        def read() -> tuple[Any, list[tuple[Any, str | None]], dict[int, Any] | None]:
+            fold = self.store.latest_fold(request.task_id)
+            since = fold[1] if fold is not None else None
+            rows = self._history_rows(request, since)
+            first = end - len(rows)
+            expected = since if since is not None else max(0, end - HISTORY_WINDOW)
+            if first != min(expected, end):
+                return fold, rows, None
+            return fold, rows, self.store.exchanges(request.task_id, first, end)
+
+        fold, stored, exchanges = await anyio.to_thread.run_sync(read)
+        history = tuple(message_from_json(m, sender) for m, sender in stored)
         first = end - len(history)
-        expected = since if since is not None else max(0, end - HISTORY_WINDOW)
-        if first != min(expected, end):
+        if exchanges is None:
             # Rows are missing from the store (it refused a write): positions cannot be told,
             # so nothing is folded and no earlier exchange is placed this time.
             log.warning("task %s: its stored history has gaps; no compaction", request.task_id)
             rows = tuple(Row(-1, message) for message in history)
             return Transcript(rows, summary=fold[2] if fold else None, foldable=0)
-        exchanges = await anyio.to_thread.run_sync(
-            self.store.exchanges, request.task_id, first, end
-        )
         new = set(request.new_ids)
         rows = tuple(
             Row(first + i, message, tuple(exchanges.get(first + i, ())))

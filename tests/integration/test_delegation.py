@@ -758,6 +758,7 @@ async def test_canceling_a_task_whose_ask_gave_up_cancels_the_remote_task(
     ]
     headers = {"X-Participant-Id": "carol"}
     blocked: list[Any] = []
+    canceled = remote = None
     try:
         async with (
             serving(*harnesses) as url,
@@ -784,6 +785,6 @@ async def test_canceling_a_task_whose_ask_gave_up_cancels_the_remote_task(
                     await anyio.sleep(0.1)
     finally:
         gate.release()
-    assert canceled.status.state == TaskState.TASK_STATE_CANCELED
-    assert remote.status.state == TaskState.TASK_STATE_CANCELED
+    assert canceled is not None and canceled.status.state == TaskState.TASK_STATE_CANCELED
+    assert remote is not None and remote.status.state == TaskState.TASK_STATE_CANCELED
     assert [t.status.state for t in blocked] == [TaskState.TASK_STATE_CANCELED]
