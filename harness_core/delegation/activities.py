@@ -385,9 +385,7 @@ class DelegationActivities:
             send.configuration.ClearField("task_push_notification_config")
             config = None
             events = [event async for event in client.send_message(send)]
-        if not events:
-            raise ApplicationError(f"agent {request.target} answered nothing", type=UNREACHABLE)
-        last = events[-1]
+        last = _last(request.target, events)
         if last.HasField("message"):
             return _from_message(request.target, last.message)
         await self._note_remote(last.task.id)
@@ -438,10 +436,7 @@ class DelegationActivities:
                 configuration=SendMessageConfiguration(return_immediately=immediately),
                 tenant=self._tenant(request.target),
             )
-            events = [event async for event in client.send_message(send)]
-        if not events:
-            raise ApplicationError(f"agent {request.target} answered nothing", type=UNREACHABLE)
-        last = events[-1]
+            last = _last(request.target, [event async for event in client.send_message(send)])
         if last.HasField("message"):
             return _from_message(request.target, last.message)
         return _from_task(request.target, last.task)
@@ -549,6 +544,13 @@ def _no_pushes(
         config.url,
         type(error).__name__,
     )
+
+
+def _last(target: str, events: list[StreamResponse]) -> StreamResponse:
+    """A send's answer: its last event (an agent that answered nothing could not be reached)."""
+    if not events:
+        raise ApplicationError(f"agent {target} answered nothing", type=UNREACHABLE)
+    return events[-1]
 
 
 def _refused(target: str, error: A2AError) -> Exception:

@@ -621,6 +621,16 @@ TERMINAL = (
 )
 
 
+async def ended(client: Any, task_id: str) -> Any:
+    """The task once it ended (reading it every 0.1 s, for at most 40 s)."""
+    with anyio.fail_after(40):
+        while True:
+            task = await client.get_task(GetTaskRequest(id=task_id))
+            if task.status.state in TERMINAL:
+                return task
+            await anyio.sleep(0.1)
+
+
 @pytest.mark.parametrize("stream_for", ["2s", "10s"], ids=["answer-read-first", "send-cut-off"])
 async def test_canceling_the_delegating_task_cancels_the_remote_task(
     tmp_path, temporal_address, stream_for
@@ -668,16 +678,27 @@ async def test_canceling_the_delegating_task_cancels_the_remote_task(
                 await gate.wait_entered()
             [d_task] = (await at_d.list_tasks(ListTasksRequest())).tasks
             canceled = await client.cancel_task(CancelTaskRequest(id=task.id))
-            with anyio.fail_after(40):
-                while True:
-                    remote = await at_d.get_task(GetTaskRequest(id=d_task.id))
-                    if remote.status.state in TERMINAL:
-                        break
-                    await anyio.sleep(0.1)
+            remote = await ended(at_d, d_task.id)
     finally:
         gate.release()
     assert canceled.status.state == TaskState.TASK_STATE_CANCELED
     assert remote.status.state == TaskState.TASK_STATE_CANCELED
+
+
+def asking_pair(
+    tmp_path: Path, address: str, a: tuple[str, Any], d: tuple[str, Any]
+) -> list[Harness]:
+    """Agents a and d (id, agent) of one group, where a asks d with ``block_for = 0.3``."""
+    return [
+        Harness(
+            agent_settings(tmp_path / "a", address, a[0], delegation={"block_for": 0.3}),
+            agent=a[1],
+            prefix=f"/agents/{a[0]}",
+        ),
+        Harness(
+            agent_settings(tmp_path / "d", address, d[0]), agent=d[1], prefix=f"/agents/{d[0]}"
+        ),
+    ]
 
 
 async def test_an_answer_slower_than_block_for_is_followed_by_a_stand_in(
@@ -700,18 +721,7 @@ async def test_an_answer_slower_than_block_for_is_followed_by_a_stand_in(
         await anyio.sleep(1.5)
         return Complete("done slowly")
 
-    harnesses = [
-        Harness(
-            agent_settings(tmp_path / "a", temporal_address, a_id, delegation={"block_for": 0.3}),
-            agent=a,
-            prefix=f"/agents/{a_id}",
-        ),
-        Harness(
-            agent_settings(tmp_path / "d", temporal_address, d_id),
-            agent=d,
-            prefix=f"/agents/{d_id}",
-        ),
-    ]
+    harnesses = asking_pair(tmp_path, temporal_address, (a_id, a), (d_id, d))
     headers = {"X-Participant-Id": "dora"}
     async with (
         serving(*harnesses) as url,
@@ -732,8 +742,8 @@ async def test_canceling_a_task_whose_ask_gave_up_cancels_the_remote_task(
 ):
     """Given a blocking sender, and d holding its turn past a's ``[delegation] block_for``, when
     the participant cancels a's task while a's ask waits, then a's task and d's are CANCELED: the
-    ask that gave up learned d's task id for the stand-in, which is canceled at once and cancels
-    d's task."""
+    stand-in that takes over is canceled at once, finds d's task (no send named it yet) among
+    the participant's tasks at d, and cancels it."""
     gate = Gate()
     a_id, d_id = unique_id("a"), unique_id("d")
 
@@ -744,18 +754,7 @@ async def test_canceling_a_task_whose_ask_gave_up_cancels_the_remote_task(
         await gate.pass_through()
         return Complete("never")
 
-    harnesses = [
-        Harness(
-            agent_settings(tmp_path / "a", temporal_address, a_id, delegation={"block_for": 0.3}),
-            agent=a,
-            prefix=f"/agents/{a_id}",
-        ),
-        Harness(
-            agent_settings(tmp_path / "d", temporal_address, d_id),
-            agent=d,
-            prefix=f"/agents/{d_id}",
-        ),
-    ]
+    harnesses = asking_pair(tmp_path, temporal_address, (a_id, a), (d_id, d))
     headers = {"X-Participant-Id": "carol"}
     blocked: list[Any] = []
     canceled = remote = None
@@ -777,12 +776,7 @@ async def test_canceling_a_task_whose_ask_gave_up_cancels_the_remote_task(
             [a_task] = (await client.list_tasks(ListTasksRequest())).tasks
             [d_task] = (await at_d.list_tasks(ListTasksRequest())).tasks
             canceled = await client.cancel_task(CancelTaskRequest(id=a_task.id))
-            with anyio.fail_after(40):
-                while True:
-                    remote = await at_d.get_task(GetTaskRequest(id=d_task.id))
-                    if remote.status.state in TERMINAL:
-                        break
-                    await anyio.sleep(0.1)
+            remote = await ended(at_d, d_task.id)
     finally:
         gate.release()
     assert canceled is not None and canceled.status.state == TaskState.TASK_STATE_CANCELED
