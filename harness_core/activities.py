@@ -172,7 +172,7 @@ class AgentActivities:
     ) -> tuple[TurnMessage, ...]:
         """The turn's messages: the task's latest ``HISTORY_WINDOW``, content restored
         (``_history_rows``; in a thread unless the request holds them all)."""
-        if request.archived == 0 and request.index is None and not request.persist and not since:
+        if _inline_only(request, since):
             rows = self._inline(request)
         else:
             rows = await anyio.to_thread.run_sync(self._history_rows, request, since)
@@ -196,7 +196,7 @@ class AgentActivities:
         start = request.archived
         end = start + len(request.messages)
         inline = self._inline(request)
-        if start == 0 and request.index is None and not request.persist and not since:
+        if _inline_only(request, since):
             return inline
         entry = request.index
         store = self.store
@@ -582,6 +582,11 @@ class AgentActivities:
             *(self.delegation.all() if self.delegation is not None else ()),
             *(self.push.all() if self.push is not None else ()),
         ]
+
+
+def _inline_only(request: TurnRequest, since: int | None) -> bool:
+    """The request holds the turn's whole history, and has nothing to write: no store call."""
+    return request.archived == 0 and request.index is None and not request.persist and not since
 
 
 def refuses_writes(error: Exception) -> bool:

@@ -156,17 +156,20 @@ class AgentPlugins:
 
     # -- hooks -----------------------------------------------------------------------------------------
 
+    def _gates(self) -> list[Plugin]:
+        return [item.plugin for item in self._loaded if item.plugin.gate is not None]
+
     @property
     def gated(self) -> bool:
         """Some plugin has a turn gate."""
-        return any(item.plugin.gate is not None for item in self._loaded)
+        return bool(self._gates())
 
     async def gate(
         self, history: Sequence[TurnMessage], *, task_id: str, context_id: str
     ) -> tuple[str, ...]:
         """Ask every gate at once whether the agent takes this turn: the keys of the plugins that
         said no (empty: take it). A gate that raises says yes, with a warning naming it."""
-        gated = [item.plugin for item in self._loaded if item.plugin.gate is not None]
+        gated = self._gates()
         answers: dict[str, bool] = {}
 
         async def ask(plugin: Plugin) -> None:
