@@ -411,9 +411,8 @@ class DelegationActivities:
         stand-in; else the result's state is empty, and the stand-in ``stand_in`` sends the same
         message (the other agent takes it once) and follows the task. An agent in ``[[agents]]``
         with ``updates = "push"`` or ``"follow"`` is never asked this way."""
-        remote = self.remote(request.target)
         result = DelegationResult(target=request.target, remote_task_id="", state="")
-        if remote is not None and remote.updates != "stream":
+        if not self._asked_first(request.target):
             return result
         message = ParseDict(request.message, Message(), ignore_unknown_fields=True)
         with anyio.move_on_after(patience):
@@ -424,6 +423,12 @@ class DelegationActivities:
         # takes the message in, which may wait for the end of its turn).
         await self._note_remote(result.remote_task_id, stand_in)
         return attrs.evolve(result, state="")
+
+    def _asked_first(self, target: str) -> bool:
+        """Whether ``delegate_ask`` sends to ``target`` (not to an agent in ``[[agents]]`` that
+        pushes or is followed from the start)."""
+        remote = self.remote(target)
+        return remote is None or remote.updates == "stream"
 
     async def _ask(
         self, request: DelegationRequest, message: Message, *, immediately: bool
@@ -493,7 +498,7 @@ class DelegationActivities:
         if not task_id and self.store is not None:
             standin = str(activity.info().workflow_id or "")
             task_id = await anyio.to_thread.run_sync(self.store.remote_task, standin) or ""
-        if not task_id and request.asked:
+        if not task_id and request.asked and self._asked_first(request.target):
             task_id = await self._sent_task(request)
         if not task_id:
             return
