@@ -211,12 +211,15 @@ async def _restart(
     while True:
         await anyio.sleep(_RESTART_DELAYS[min(attempt, len(_RESTART_DELAYS) - 1)])
         attempt += 1
-        run: ServerRun | None = None
+        run = ServerRun(await spawn(command, binary), database, port)
         try:
-            run = ServerRun(await spawn(command, binary), database, port)
             await run.wait_until_ready(task_group, start_timeout)
             return run
         except EmbeddedTemporalError as error:
             _log.error("starting the dev server again failed (attempt %d): %s", attempt, error)
-            if run is not None:
-                await run.stop()
+            await run.stop()
+        except BaseException:
+            # Closed (cancelled) while the new process starts: it is ours to stop, and its
+            # shielded output pumps end only once it is gone.
+            await run.stop()
+            raise

@@ -159,6 +159,42 @@ async def test_the_server_stops_when_the_body_fails_or_is_cancelled(tmp_path: Pa
     assert not await _accepts_tcp(started[-1].address)
 
 
+def _servers_on(database: Path) -> list[int]:
+    """The live processes whose command line names the database."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command_line = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(database).encode() in command_line and not _is_gone(int(entry.name)):
+            pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.timeout(90)
+async def test_a_server_closed_while_it_is_being_started_again_leaves_no_process(
+    tmp_path: Path,
+) -> None:
+    """Given a dev server that died and is being started again, when the host closes before
+    the new one is ready, then the new process is stopped too and the close returns (it
+    used to outlive the host, and its output pumps held the host's exit for good)."""
+    database = tmp_path / "temporal.db"
+    async with open_embedded_temporal(database) as server:
+        killed = server.pid
+        os.kill(killed, signal.SIGKILL)
+        with anyio.fail_after(30):
+            while not (replacements := [p for p in _servers_on(database) if p != killed]):
+                await anyio.sleep(0.01)
+        assert not server.up  # closed while the new one starts, not after
+    for pid in replacements:
+        assert _is_gone(pid), f"the restarted server {pid} outlived its host"
+    assert _servers_on(database) == []
+    assert not _state_file(database).exists()
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_server_left_by_a_killed_host_is_stopped_and_its_database_reused(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
