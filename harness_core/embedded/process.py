@@ -76,19 +76,17 @@ class _LineReader:
 
 async def spawn(command: list[str], binary: Path) -> Process:
     try:
-        # Shielded: a process started by a cancelled call would have no owner to stop it.
-        with anyio.CancelScope(shield=True):
-            return await anyio.open_process(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                # Its own session: a Ctrl-C on the terminal reaches the host only, which then
-                # stops its workers before this server instead of losing the server under them.
-                start_new_session=True,
-                # The database, its WAL and shm files hold workflow payloads: owner only.
-                umask=0o077,
-            )
+        return await anyio.open_process(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Its own session: a Ctrl-C on the terminal reaches the host only, which then
+            # stops its workers before this server instead of losing the server under them.
+            start_new_session=True,
+            # The database, its WAL and shm files hold workflow payloads: owner only.
+            umask=0o077,
+        )
     except OSError as error:
         raise EmbeddedTemporalError(
             f"cannot run the Temporal CLI {binary}: {error.strerror or error}"
