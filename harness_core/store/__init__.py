@@ -12,8 +12,9 @@ while a write commits. Every process serving an agent must use the same file.
 One class, :class:`TaskStore`, is the store; its parts live in the modules named by what they hold:
 ``schema`` (the tables and their version), ``connection`` (the open file, its lock, snapshots and
 transactions), ``reads`` (records, messages, events, the listing index), ``push_configs`` (webhooks
-and push tokens), ``writes`` (``TaskStore`` itself: the write path, the sweep, the migration of older
-files) and ``rows`` (values to rows and back: ``IndexRow``, digests, timestamps).
+and push tokens), ``agent_memory`` (the LLM agent's exchanges, folds and workspaces), ``writes``
+(``TaskStore`` itself: the write path, the sweep, the migration of older files) and ``rows``
+(values to rows and back: ``IndexRow``, digests, timestamps).
 """
 
 from __future__ import annotations

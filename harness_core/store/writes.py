@@ -1,5 +1,6 @@
-"""``TaskStore``: the store's write path, on top of its reads (``reads``) and webhooks
-(``push_configs``), and the migration of files an older version wrote.
+"""``TaskStore``: the store's write path, on top of its reads (``reads``), webhooks
+(``push_configs``) and the LLM agent's memory (``agent_memory``), and the migration of files an
+older version wrote.
 
 Writes are idempotent (rows at absolute positions), so a retried activity changes nothing. A
 running task's checkpoints and an ended task's summary also keep its row in the listing index;
@@ -14,6 +15,7 @@ from typing import Any, cast
 
 from harness_core.converter import payload_converter
 from harness_core.payloads import Archive, IndexEntry, ProtoJSON, TaskEvent, TaskRecord
+from harness_core.store.agent_memory import AgentMemoryStore
 from harness_core.store.connection import PostgresLocation, Session
 from harness_core.store.push_configs import PushConfigStore
 from harness_core.store.reads import TaskStoreReads
@@ -32,7 +34,7 @@ __all__ = ["TOMBSTONE_SECONDS", "TaskStore"]
 TOMBSTONE_SECONDS = 30 * 86400
 
 
-class TaskStore(TaskStoreReads, PushConfigStore):
+class TaskStore(TaskStoreReads, PushConfigStore, AgentMemoryStore):
     """One agent's archived tasks, in a SQLite file or a PostgreSQL schema. Thread-safe; open it
     once per agent in a process (several processes may share it)."""
 
@@ -402,95 +404,6 @@ class TaskStore(TaskStoreReads, PushConfigStore):
     def release_lease(self, name: str, holder: str) -> None:
         with self._read() as db:
             db.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder))
-
-    # -- the LLM agent's exchanges and compactions (``harness_core.agents.compaction``) -----------
-
-    def put_exchange(self, task_id: str, position: int, exchange: list[Any]) -> None:
-        """A turn's tool calls and results (pydantic-ai JSON), by its answer's position."""
-        with self._read() as db:
-            db.execute(
-                "INSERT INTO task_exchanges (task_id, position, exchange) VALUES (?, ?, ?) "
-                "ON CONFLICT (task_id, position) DO UPDATE SET exchange = excluded.exchange",
-                (task_id, position, json.dumps(exchange)),
-            )
-
-    def exchanges(self, task_id: str, start: int, end: int) -> dict[int, list[Any]]:
-        with self._read() as db:
-            rows = db.execute(
-                "SELECT position, exchange FROM task_exchanges WHERE task_id = ? "
-                "AND position >= ? AND position < ?",
-                (task_id, start, end),
-            ).fetchall()
-        return {int(p): cast("list[Any]", json.loads(e)) for p, e in rows}
-
-    def latest_fold(self, task_id: str) -> tuple[int, int, str] | None:
-        """The task's latest compaction that has its summary: (first, upto, summary)."""
-        with self._read() as db:
-            row = db.execute(
-                "SELECT first, upto, summary FROM task_folds WHERE task_id = ? AND summary "
-                "IS NOT NULL ORDER BY upto DESC LIMIT 1",
-                (task_id,),
-            ).fetchone()
-        return None if row is None else (int(row[0]), int(row[1]), str(row[2]))
-
-    def fold_state(self, task_id: str, upto: int) -> tuple[bool, str | None]:
-        """(the listeners heard of it, its summary) for the fold up to ``upto``."""
-        with self._read() as db:
-            row = db.execute(
-                "SELECT notified, summary FROM task_folds WHERE task_id = ? AND upto = ?",
-                (task_id, upto),
-            ).fetchone()
-        return (False, None) if row is None else (bool(row[0]), row[1])
-
-    def fold_notified(self, task_id: str, first: int, upto: int) -> None:
-        with self._read() as db:
-            db.execute(
-                "INSERT INTO task_folds (task_id, upto, first, notified) VALUES (?, ?, ?, 1) "
-                "ON CONFLICT (task_id, upto) DO UPDATE SET notified = 1",
-                (task_id, upto, first),
-            )
-
-    def fold_summary(self, task_id: str, first: int, upto: int, summary: str) -> None:
-        with self._read() as db:
-            db.execute(
-                "INSERT INTO task_folds (task_id, upto, first, summary) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (task_id, upto) DO UPDATE SET summary = excluded.summary",
-                (task_id, upto, first, summary),
-            )
-
-    # -- workspaces (``harness_core.agents.workspace``) ----------------------------------------------
-
-    def workspace_read(self, task_id: str, path: str) -> str | None:
-        with self._read() as db:
-            row = db.execute(
-                "SELECT content FROM workspace_files WHERE task_id = ? AND path = ?",
-                (task_id, path),
-            ).fetchone()
-        return None if row is None else str(row[0])
-
-    def workspace_write(self, task_id: str, path: str, content: str) -> None:
-        with self._read() as db:
-            db.execute(
-                "INSERT INTO workspace_files (task_id, path, content, size, updated_at) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (task_id, path) DO UPDATE SET "
-                "content = excluded.content, size = excluded.size, updated_at = excluded.updated_at",
-                (task_id, path, content, len(content.encode()), now_micros()),
-            )
-
-    def workspace_delete(self, task_id: str, path: str) -> bool:
-        with self._read() as db:
-            cursor = db.execute(
-                "DELETE FROM workspace_files WHERE task_id = ? AND path = ?", (task_id, path)
-            )
-            return cursor.rowcount > 0
-
-    def workspace_list(self, task_id: str) -> list[tuple[str, int]]:
-        with self._read() as db:
-            rows = db.execute(
-                "SELECT path, size FROM workspace_files WHERE task_id = ? ORDER BY path",
-                (task_id,),
-            ).fetchall()
-        return [(str(path), int(size)) for path, size in rows]
 
     def set_meta(self, key: str, value: str) -> None:
         with self._read() as db:
