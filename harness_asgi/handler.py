@@ -4,21 +4,20 @@ The SDK's ``DefaultRequestHandler`` is asyncio-only (its event queues call ``asy
 this handler talks to the agent's ``TaskService`` instead. Every method turns the runtime's errors into
 the A2A error they deserve, and any other exception into a generic internal error: the exception is
 logged with a request id and its text never reaches the client (the SDK would send ``str(exc)``).
+That translation and the request's checks are in ``harness_asgi.a2a_errors``.
 
 Streams (``SendStreamingMessage``, ``SubscribeToTask``) first yield the task, then follow its event log
 until the task settles. Each event carries ``metadata["harness.seq"]``, its position in the log; a
 client that lost a stream resubscribes with ``Last-Event-ID: <seq>`` and gets the events after it, with no
 gap, also after a restart. A client that disconnects cancels only its own follow: the task goes on.
+The follow's helpers (what a stream showed live, its patient reads) are in ``harness_asgi.streams``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import uuid
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator
 from functools import partial
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import anyio
 from a2a.server.context import ServerCallContext
@@ -49,36 +48,43 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import (
-    A2AError,
     ContentTypeNotSupportedError,
-    InternalError,
     InvalidParamsError,
-    InvalidRequestError,
     PushNotificationNotSupportedError,
-    TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
 )
 from a2a.utils.task import apply_history_length
 from google.protobuf.json_format import MessageToDict, ParseDict
-from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.service import RPCError, RPCStatusCode
 
+from harness_asgi.a2a_errors import (
+    a2a_errors,
+    check_history_length,
+    check_ids,
+    check_tenant,
+    last_event_id,
+    reader_of,
+    sender_of,
+)
 from harness_asgi.identity import identity_of
-from harness_core import errors
+from harness_asgi.streams import (
+    SEQ_KEY,
+    Shown,
+    ended,
+    event_proto,
+    indexed_progress,
+    live_kind,
+    patient_poll,
+    status_message_id,
+)
 from harness_core.agents.modes import refused_media_types
 from harness_core.harness import Harness
 from harness_core.live import LiveEvent
-from harness_core.payloads import TERMINAL_STATES, EventPage, ProtoJSON, TaskEvent, TaskView
+from harness_core.payloads import TERMINAL_STATES, ProtoJSON, TaskEvent, TaskView
 from harness_core.push.guard import webhook_problem
-from harness_core.tasks.service import TaskService
 from harness_core.tasks.views import AFTER_TURN_DELAY, FOLLOW_FIRST_DELAY, FOLLOW_MAX_DELAY
 
 __all__ = ["SEQ_KEY", "HarnessRequestHandler"]
-
-log = logging.getLogger("harness.http")
-
-SEQ_KEY = "harness.seq"
 
 
 def _task_proto(view: TaskView) -> Task:
@@ -93,228 +99,6 @@ def _task_proto(view: TaskView) -> Task:
         }
         task = {**task, "status": plain, "metadata": metadata}
     return ParseDict(task, Task(), ignore_unknown_fields=True)
-
-
-def _event_proto(
-    event: TaskEvent,
-) -> TaskStatusUpdateEvent | TaskArtifactUpdateEvent:
-    proto: TaskStatusUpdateEvent | TaskArtifactUpdateEvent
-    body = event.body
-    if event.kind == "status":
-        proto = ParseDict(body, TaskStatusUpdateEvent(), ignore_unknown_fields=True)
-    else:
-        proto = ParseDict(body, TaskArtifactUpdateEvent(), ignore_unknown_fields=True)
-    proto.metadata[SEQ_KEY] = event.seq
-    return proto
-
-
-def _message_id(body: dict[str, Any]) -> str:
-    status = cast("dict[str, Any]", body.get("status") or {})
-    message = cast("dict[str, Any]", status.get("message") or {})
-    return str(message.get("messageId", ""))
-
-
-def _kind(event: LiveEvent) -> Literal["status", "artifact"]:
-    return "status" if event.kind == "status" else "artifact"
-
-
-class _Shown:
-    """What a stream showed live, so the durable copy of it is not shown again."""
-
-    def __init__(self) -> None:
-        self._artifacts: dict[str, bool] = {}  # id -> shown from its first chunk
-        self._messages: set[str] = set()
-        # Progress shown from the listing index (a turn in another process), live or not.
-        self._indexed: set[str] = set()
-
-    def note(self, event: LiveEvent) -> None:
-        if event.kind == "status":
-            self._messages.add(_message_id(event.body))
-            return
-        artifact_id = _artifact_id(event.body)
-        if not event.body.get("append"):
-            self._artifacts[artifact_id] = True
-        else:
-            self._artifacts.setdefault(artifact_id, False)
-
-    def note_indexed(self, body: dict[str, Any]) -> None:
-        self._indexed.add(_message_id(body))
-
-    def covers_indexed(self, event: TaskEvent) -> bool:
-        """Whether ``event`` is the durable copy of progress shown from the index."""
-        if event.kind != "status" or _message_id(event.body) not in self._indexed:
-            return False
-        self._indexed.discard(_message_id(event.body))
-        return True
-
-    def covers(self, event: TaskEvent) -> bool:
-        """Whether the stream showed ``event`` live already (forgotten once its copy passed)."""
-        if event.kind == "status":
-            message_id = _message_id(event.body)
-            if message_id in self._messages:
-                self._messages.discard(message_id)
-                return True
-            return False
-        artifact_id = _artifact_id(event.body)
-        whole = self._artifacts.get(artifact_id)
-        if whole is not None and event.body.get("lastChunk"):
-            del self._artifacts[artifact_id]
-        return bool(whole)
-
-
-def _artifact_id(body: dict[str, Any]) -> str:
-    artifact = cast("dict[str, Any]", body.get("artifact") or {})
-    return str(artifact.get("artifactId", ""))
-
-
-def _sender(context: ServerCallContext) -> str | None:
-    """Who sends a message; a strict caller nobody named may not."""
-    identity = identity_of(context)
-    if not identity.admitted:
-        raise InvalidRequestError(
-            message="no participant: this agent accepts messages only from an authenticated sender"
-        )
-    return identity.participant
-
-
-def _reader(context: ServerCallContext) -> str | None:
-    """Whose tasks a read may reach; a strict caller nobody named reaches none."""
-    identity = identity_of(context)
-    if not identity.admitted:
-        raise TaskNotFoundError()
-    return identity.participant
-
-
-#: The largest sequence number an event can have (the store keeps them as 64-bit integers).
-MAX_SEQ = 2**63 - 1
-
-
-def _check_ids(*ids: tuple[str, str]) -> None:
-    """Ids are names, not content: a control character (NUL above all, which PostgreSQL cannot
-    store in text) is refused the same way on every store."""
-    for name, value in ids:
-        if any(ord(c) < 32 or ord(c) == 127 for c in value):
-            raise InvalidParamsError(message=f"{name} must not hold control characters")
-
-
-def _last_event_id(context: ServerCallContext) -> int | None:
-    """The ``Last-Event-ID`` a resubscribing client sent, or None when it sent none."""
-    headers = cast("dict[str, str] | None", context.state.get("headers"))
-    text = (headers or {}).get("last-event-id", "").strip()
-    if not text:
-        return None
-    # harness.seq travels in a protobuf Struct, so clients may echo it as "3.0".
-    try:
-        seq = float(text)
-    except ValueError:
-        seq = -1.0
-    if seq < 0 or not seq.is_integer() or seq > MAX_SEQ:
-        raise InvalidParamsError(message="Last-Event-ID must be the harness.seq of an event")
-    return int(seq)
-
-
-def _check_tenant(context: ServerCallContext, agent_id: str) -> None:
-    """An agent is served at its own URL, and as the tenant named by its id at its group's root
-    (A2A 1.0 tenant: a path or field the card names); a request naming another tenant is refused
-    rather than served as if it named none."""
-    if context.tenant and context.tenant != agent_id:
-        raise InvalidParamsError(
-            message=f"this agent is tenant {agent_id!r} only: send requests with that tenant, or "
-            "none, to the URL its card names"
-        )
-
-
-def _check_history_length(length: int) -> None:
-    if length < 0:
-        raise InvalidParamsError(message="historyLength must not be negative")
-
-
-@contextlib.contextmanager
-def _a2a_errors(operation: str) -> Generator[None, None, None]:
-    """Turn runtime errors into A2A errors; never let an exception's text reach the client."""
-    try:
-        yield
-    except A2AError:
-        raise
-    except errors.TaskNotFoundError:
-        raise TaskNotFoundError() from None
-    except errors.TaskNotCancelableError:
-        raise TaskNotCancelableError() from None
-    except errors.TaskClosedError as exc:
-        # A2A 1.0 3.1.1: a message to a task in a terminal state is an unsupported operation.
-        # Our own message: it names the task and its state, nothing internal.
-        raise UnsupportedOperationError(
-            message=f"{exc}; start a new task for a new request"
-        ) from None
-    except errors.InvalidRequestValueError as exc:
-        raise InvalidParamsError(message=str(exc)) from None
-    except errors.TaskBusyError as exc:
-        # Our own words; the same message sent again is delivered once.
-        raise InternalError(message=str(exc)) from None
-    except errors.HarnessNotStartedError:
-        raise InternalError(message="the agent is not started") from None
-    except WorkflowUpdateRPCTimeoutOrCancelledError:
-        # The caller went away (or waited past Temporal's limit): the message was delivered or
-        # not, and a retry of it finds out without running it twice.
-        log.info("%s: the update was cancelled or timed out", operation)
-        raise InternalError(message="the agent did not answer in time; retry") from None
-    except RPCError as exc:
-        if exc.status not in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
-            request_id = uuid.uuid4().hex[:12]
-            log.exception("%s failed (request %s)", operation, request_id)
-            raise InternalError(message=f"internal error (request {request_id})") from None
-        # Temporal is out of reach (restarting, or the network): the client may retry.
-        log.warning("%s: Temporal is unavailable (%s)", operation, exc.status.name)
-        raise InternalError(message="the agent's Temporal service is unavailable; retry") from None
-    except Exception:
-        request_id = uuid.uuid4().hex[:12]
-        log.exception("%s failed (request %s)", operation, request_id)
-        raise InternalError(message=f"internal error (request {request_id})") from None
-
-
-#: A stream's read that fails for a reason of ours (a locked store, a slow Temporal call) is tried
-#: this many times, backing off, before the stream ends with an internal error.
-_POLL_ATTEMPTS = 4
-
-
-async def _patient_poll(
-    tasks: TaskService, task_id: str, after: int, participant: str | None
-) -> EventPage:
-    delay = 0.25
-    for attempt in range(1, _POLL_ATTEMPTS + 1):
-        try:
-            return await tasks.poll(task_id, after, participant)
-        except (A2AError, errors.HarnessError):
-            raise
-        except Exception as exc:
-            if attempt == _POLL_ATTEMPTS:
-                raise
-            log.warning(
-                "a stream's read of task %s failed (%s); retrying in %.2fs",
-                task_id,
-                type(exc).__name__,
-                delay,
-            )
-        await anyio.sleep(delay)
-        delay *= 2
-    raise AssertionError("unreachable")
-
-
-def _progress(task_id: str, view: TaskView) -> LiveEvent | None:
-    """The running turn's latest progress as the task's status shows it (WORKING, with a
-    message), or None."""
-    status = cast("dict[str, Any]", view.task.get("status") or {})
-    if status.get("state") != "TASK_STATE_WORKING" or not status.get("message"):
-        return None
-    message = cast("dict[str, Any]", status["message"])
-    if "harness.delegation" in cast("dict[str, Any]", message.get("metadata") or {}):
-        return None  # another agent's progress, relayed: it has its own way to the stream
-    body = {"taskId": task_id, "contextId": view.task.get("contextId", ""), "status": status}
-    return LiveEvent(kind="status", body=body)
-
-
-def _ended(view: TaskView) -> bool:
-    return view.closed or view.state in TERMINAL_STATES
 
 
 class HarnessRequestHandler(RequestHandler):
@@ -333,12 +117,12 @@ class HarnessRequestHandler(RequestHandler):
         return await self._webhook(params.configuration.task_push_notification_config)
 
     def _check_message(self, message: Message, context: ServerCallContext) -> None:
-        _check_tenant(context, self._harness.agent_id)
+        check_tenant(context, self._harness.agent_id)
         if message.role != Role.ROLE_USER:
             raise InvalidParamsError(message="message.role must be ROLE_USER")
         if not message.message_id:
             raise InvalidParamsError(message="message.messageId is required")
-        _check_ids(
+        check_ids(
             ("message.messageId", message.message_id),
             ("message.taskId", message.task_id),
             ("message.contextId", message.context_id),
@@ -356,12 +140,12 @@ class HarnessRequestHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
         self._check_message(params.message, context)
-        _check_history_length(params.configuration.history_length)
-        with _a2a_errors("SendMessage"):
+        check_history_length(params.configuration.history_length)
+        with a2a_errors("SendMessage"):
             tasks = self._harness.tasks
             delivery = await tasks.send(
                 MessageToDict(params.message),
-                participant=_sender(context),
+                participant=sender_of(context),
                 wait=not params.configuration.return_immediately,
                 push_config=await self._message_push(params, context),
             )
@@ -376,8 +160,8 @@ class HarnessRequestHandler(RequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
         self._check_message(params.message, context)
-        participant = _sender(context)
-        with _a2a_errors("SendStreamingMessage"):
+        participant = sender_of(context)
+        with a2a_errors("SendStreamingMessage"):
             tasks = self._harness.tasks
             delivery = await tasks.send(
                 MessageToDict(params.message),
@@ -426,17 +210,17 @@ class HarnessRequestHandler(RequestHandler):
         async with self._harness.live.subscribe(tasks.agent_id, task_id) as live:
             if not self._harness.routes.live:
                 live.overflowed = True  # the durable log alone
-            shown = _Shown()
+            shown = Shown()
             # The message ids of every status the stream showed or passed: a turn's progress read
             # from the index is shown only if the stream never had it.
             seen: set[str] = set()
             if first is not None:
-                seen.add(_message_id({"status": first.task.get("status") or {}}))
+                seen.add(status_message_id({"status": first.task.get("status") or {}}))
             delay = FOLLOW_FIRST_DELAY
             while True:
-                with _a2a_errors(operation):
-                    page = await _patient_poll(tasks, task_id, after, participant)
-                    protos = [_event_proto(event) for event in page.events]
+                with a2a_errors(operation):
+                    page = await patient_poll(tasks, task_id, after, participant)
+                    protos = [event_proto(event) for event in page.events]
                 # Whatever an attempt emitted live was published before its durable copy could
                 # be read, so it is pending now. It is shown where it happened: after the stored
                 # events before it, and in place of its own copy.
@@ -444,7 +228,7 @@ class HarnessRequestHandler(RequestHandler):
                 for event in drained:
                     shown.note(event)
                     if event.kind == "status":
-                        seen.add(_message_id(event.body))
+                        seen.add(status_message_id(event.body))
                 pending = list(drained)
                 for event, proto in zip(page.events, protos, strict=True):
                     covered = shown.covers(event) and not live.overflowed
@@ -455,26 +239,26 @@ class HarnessRequestHandler(RequestHandler):
                         pending.clear()
                     after = event.seq
                     if event.kind == "status":
-                        seen.add(_message_id(event.body))
+                        seen.add(status_message_id(event.body))
                     if not covered:
                         yield proto
                 async for live_proto in self._live_protos(pending, after, operation):
                     yield live_proto
                 # A turn running in another process shows its latest progress in the listing
                 # index: shown here too, once, as a live event (its durable copy is left out).
-                progress = _progress(task_id, page.view)
+                progress = indexed_progress(task_id, page.view)
                 if (
                     progress is not None
-                    and _message_id(progress.body) not in seen
+                    and status_message_id(progress.body) not in seen
                     and (
                         live.overflowed or not self._harness.live.turn_here(tasks.agent_id, task_id)
                     )
                 ):
                     shown.note_indexed(progress.body)
-                    seen.add(_message_id(progress.body))
+                    seen.add(status_message_id(progress.body))
                     async for live_proto in self._live_protos([progress], after, operation):
                         yield live_proto
-                if _ended(page.view) if until_end else page.view.settled:
+                if ended(page.view) if until_end else page.view.settled:
                     return
                 delay = FOLLOW_FIRST_DELAY if page.events else min(delay * 1.5, FOLLOW_MAX_DELAY)
                 if live.take_nudge():
@@ -485,20 +269,20 @@ class HarnessRequestHandler(RequestHandler):
         self, events: list[LiveEvent], after: int, operation: str
     ) -> AsyncGenerator[TaskStatusUpdateEvent | TaskArtifactUpdateEvent, None]:
         for event in events:
-            with _a2a_errors(operation):
-                proto = _event_proto(TaskEvent(after, _kind(event), event.body))
+            with a2a_errors(operation):
+                proto = event_proto(TaskEvent(after, live_kind(event), event.body))
             yield proto
 
     @validate_request_params
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
-        _check_tenant(context, self._harness.agent_id)
-        resume = _last_event_id(context)
+        check_tenant(context, self._harness.agent_id)
+        resume = last_event_id(context)
         after = resume or 0
-        participant = _reader(context)
-        _check_ids(("id", params.id))
-        with _a2a_errors("SubscribeToTask"):
+        participant = reader_of(context)
+        check_ids(("id", params.id))
+        with a2a_errors("SubscribeToTask"):
             tasks = self._harness.tasks
             page = await tasks.events(params.id, after, participant)
             if page is None:
@@ -516,12 +300,12 @@ class HarnessRequestHandler(RequestHandler):
                     f"({page.view.last_seq})"
                 )
             task = _task_proto(page.view)
-            protos = [_event_proto(event) for event in page.events]
+            protos = [event_proto(event) for event in page.events]
         yield task
         for event, proto in zip(page.events, protos, strict=True):
             yield proto
             after = event.seq
-        if _ended(page.view):
+        if ended(page.view):
             return
         async for event in self._follow(
             params.id, after, participant, "SubscribeToTask", until_end=True, first=page.view
@@ -530,12 +314,12 @@ class HarnessRequestHandler(RequestHandler):
 
     @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
-        _check_tenant(context, self._harness.agent_id)
-        _check_history_length(params.history_length)
-        _check_ids(("id", params.id))
-        with _a2a_errors("GetTask"):
+        check_tenant(context, self._harness.agent_id)
+        check_history_length(params.history_length)
+        check_ids(("id", params.id))
+        with a2a_errors("GetTask"):
             tasks = self._harness.tasks
-            view = await tasks.view(params.id, _reader(context))
+            view = await tasks.view(params.id, reader_of(context))
             if view is None:
                 return None
             task = _task_proto(view)
@@ -544,7 +328,7 @@ class HarnessRequestHandler(RequestHandler):
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        _check_tenant(context, self._harness.agent_id)
+        check_tenant(context, self._harness.agent_id)
         if params.HasField("page_size") and not 1 <= params.page_size <= 100:
             raise InvalidParamsError(message="pageSize must be between 1 and 100")
         page_size = params.page_size if params.HasField("page_size") else 50
@@ -561,7 +345,7 @@ class HarnessRequestHandler(RequestHandler):
         identity = identity_of(context)
         if not identity.admitted:
             return ListTasksResponse(page_size=page_size)
-        with _a2a_errors("ListTasks"):
+        with a2a_errors("ListTasks"):
             tasks = self._harness.tasks
             views, next_token, total = await tasks.list(
                 participant=identity.participant,
@@ -577,7 +361,7 @@ class HarnessRequestHandler(RequestHandler):
             next_page_token=next_token, page_size=page_size, total_size=total
         )
         for view in views:
-            with _a2a_errors("ListTasks"):
+            with a2a_errors("ListTasks"):
                 response.tasks.append(_task_proto(view))
         return response
 
@@ -585,16 +369,16 @@ class HarnessRequestHandler(RequestHandler):
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:
-        _check_tenant(context, self._harness.agent_id)
-        _check_ids(("id", params.id))
-        with _a2a_errors("CancelTask"):
+        check_tenant(context, self._harness.agent_id)
+        check_ids(("id", params.id))
+        with a2a_errors("CancelTask"):
             tasks = self._harness.tasks
-            view = await tasks.cancel(params.id, _reader(context))
+            view = await tasks.cancel(params.id, reader_of(context))
             return _task_proto(view)
 
     def _push_allowed(self, context: ServerCallContext, *ids: tuple[str, str]) -> None:
-        _check_tenant(context, self._harness.agent_id)
-        _check_ids(*ids)
+        check_tenant(context, self._harness.agent_id)
+        check_ids(*ids)
         if not self._harness.settings.push.enabled:
             raise PushNotificationNotSupportedError()
 
@@ -620,20 +404,20 @@ class HarnessRequestHandler(RequestHandler):
         self._push_allowed(context, ("taskId", params.task_id), ("id", params.id))
         if not params.task_id:
             raise InvalidParamsError(message="taskId is required")
-        with _a2a_errors("CreateTaskPushNotificationConfig"):
+        with a2a_errors("CreateTaskPushNotificationConfig"):
             # Another's task reads as not found before anything about the webhook is said.
-            if await self._harness.tasks.view(params.task_id, _reader(context)) is None:
+            if await self._harness.tasks.view(params.task_id, reader_of(context)) is None:
                 raise TaskNotFoundError()
         body = await self._webhook(params)
-        with _a2a_errors("CreateTaskPushNotificationConfig"):
+        with a2a_errors("CreateTaskPushNotificationConfig"):
             stored = await self._harness.tasks.create_push_config(
-                params.task_id, _reader(context), body
+                params.task_id, reader_of(context), body
             )
         return ParseDict(stored, TaskPushNotificationConfig(), ignore_unknown_fields=True)
 
     async def _configs(self, task_id: str, context: ServerCallContext) -> list[ProtoJSON]:
-        with _a2a_errors("push notification configs"):
-            return await self._harness.tasks.push_configs(task_id, _reader(context))
+        with a2a_errors("push notification configs"):
+            return await self._harness.tasks.push_configs(task_id, reader_of(context))
 
     async def on_get_task_push_notification_config(
         self, params: GetTaskPushNotificationConfigRequest, context: ServerCallContext
@@ -662,10 +446,10 @@ class HarnessRequestHandler(RequestHandler):
         self, params: DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
         self._push_allowed(context, ("taskId", params.task_id), ("id", params.id))
-        with _a2a_errors("DeleteTaskPushNotificationConfig"):
+        with a2a_errors("DeleteTaskPushNotificationConfig"):
             # Idempotent: deleting a config that is not there (any more) is no error.
             await self._harness.tasks.delete_push_config(
-                params.task_id, params.id, _reader(context)
+                params.task_id, params.id, reader_of(context)
             )
 
     async def on_get_extended_agent_card(

@@ -8,7 +8,8 @@ the delegation's place in it, so a retried send reaches the same remote task (an
 runtime derives its task id from the message) and the remote model runs once.
 
 Failures are ``ApplicationError``s in our own words (``REFUSED``: not retried; ``UNREACHABLE``:
-retried); the other side's text never reaches the delegating task.
+retried); the other side's text never reaches the delegating task. How each call reaches the other
+agent (its URL, card, client and headers, and its errors in our words) is in ``calls``.
 """
 
 from __future__ import annotations
@@ -16,21 +17,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import secrets
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import attrs
 import httpx
-from a2a.client import Client, ClientConfig, ClientFactory
-from a2a.client.errors import A2AClientError, AgentCardResolutionError
+from a2a.client.errors import A2AClientError
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
-    GetTaskRequest,
     ListTasksRequest,
     Message,
     SendMessageConfiguration,
@@ -39,14 +37,15 @@ from a2a.types import (
     Task,
     TaskPushNotificationConfig,
 )
-from a2a.utils.errors import A2AError, InternalError
+from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict, ParseDict
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from harness_core.agent_tokens import AgentCredential
 from harness_core.config import RemoteAgentConfig
-from harness_core.delegation.cards import CardCache, OriginHeaders
+from harness_core.delegation.calls import UNREACHABLE, A2ACalls, Peers, card_problem
+from harness_core.delegation.cards import CardCache
 from harness_core.live import LiveHub
 from harness_core.payloads import (
     DECLINED_KEY,
@@ -63,7 +62,6 @@ from harness_core.payloads import SETTLED_STATES as _SETTLED
 from harness_core.store import TaskStore
 from harness_core.tasks.views import fold_artifacts
 from harness_core.temporal.names import DELEGATE_ASK
-from harness_core.urls import http_client
 
 __all__ = ["DelegationActivities", "Peers", "card_problem", "token_digest"]
 
@@ -75,15 +73,9 @@ MAX_RELAYED = 32
 RELAY_EVERY = 1.0
 # The other agent's tasks an ask's cancel looks through for the one its message started.
 _LOOKED_AT = 20
-#: Failure types of the delegation activities: their messages are ours, safe to show.
-REFUSED = "DelegationRefused"
-UNREACHABLE = "DelegationUnreachable"
-
-#: Resolves an agent id to the base URL of its A2A endpoint (None: no such agent).
-Peers = Callable[[str], "str | None"]
 
 
-class DelegationActivities:
+class DelegationActivities(A2ACalls):
     """The delegation activities of one agent: ``peers`` says where the other agents are."""
 
     def __init__(
@@ -112,90 +104,6 @@ class DelegationActivities:
         # Signs each call with the agent's card key (None: the agent has none).
         self.credential = credential
         self._cards = CardCache()
-
-    def _url(self, target: str) -> str:
-        url = self.peers(target)
-        if url is None:
-            raise ApplicationError(
-                f"there is no agent {target!r} to delegate to (neither in this group nor "
-                "configured)",
-                type="UnknownAgent",
-                non_retryable=True,
-            )
-        return url
-
-    async def _card(self, http: httpx.AsyncClient, url: str) -> AgentCard:
-        """The card of the agent at ``url``, as fresh as it says it must be; one that names
-        another origin than ``url``'s is refused (``harness_core.delegation.cards``)."""
-        try:
-            return await self._cards.get(http, url)
-        except ValueError as problem:
-            raise ApplicationError(
-                f"the agent at {url}: {problem}", type=REFUSED, non_retryable=True
-            ) from None
-        except httpx.HTTPStatusError as error:
-            status = error.response.status_code
-            raise AgentCardResolutionError("its card", status_code=status) from error
-        except httpx.HTTPError as error:
-            raise AgentCardResolutionError(f"its card ({type(error).__name__})") from error
-
-    async def _client(
-        self, http: httpx.AsyncClient, url: str, *, streaming: bool = False
-    ) -> Client:
-        card = await self._card(http, url)
-        return ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
-
-    def _http(self, request: DelegationRequest, url: str) -> httpx.AsyncClient:
-        # The identity and the configured headers go to the target's origin, and nowhere else.
-        headers = self._headers(request)
-        if self.credential is not None:
-            # The agent's own credential: which agent calls, for whom, and for which target.
-            remote = self.remote(request.target)
-            tenant = (remote.tenant or request.target) if remote is not None else request.target
-            token = self.credential.token(
-                audience=url, tenant=tenant, participant=request.participant
-            )
-            headers["Authorization"] = f"Bearer {token}"
-        return http_client(timeout=30, auth=OriginHeaders(url, headers))
-
-    @contextlib.asynccontextmanager
-    async def _calling(
-        self, request: DelegationRequest
-    ) -> AsyncGenerator[tuple[httpx.AsyncClient, str], None]:
-        """An HTTP client for calls to ``request``'s target and its URL; an A2A error of those
-        calls leaves as ``_refused`` says (our words, retried or not)."""
-        url = self._url(request.target)
-        try:
-            async with self._http(request, url) as http:
-                yield http, url
-        except A2AError as error:
-            raise _refused(request.target, error) from None
-
-    async def _read(self, client: Client, request: DelegationRequest, task_id: str) -> Task:
-        return await client.get_task(
-            GetTaskRequest(id=task_id, tenant=self._tenant(request.target))
-        )
-
-    def _headers(self, request: DelegationRequest) -> dict[str, str]:
-        # The identity travels with the call: the remote task belongs to the same participant.
-        headers = {"X-Participant-Id": request.participant, "A2A-Version": "1.0"}
-        remote = self.remote(request.target)
-        for header in remote.headers if remote is not None else ():
-            name, variable = header.split("=", 1)
-            value = os.environ.get(variable)
-            if not value:
-                raise ApplicationError(
-                    f"the variable {variable} named in the headers of agent {request.target} "
-                    "([[agents]]) is not set",
-                    type=REFUSED,
-                    non_retryable=True,
-                )
-            headers[name] = value
-        return headers
-
-    def _tenant(self, target: str) -> str:
-        remote = self.remote(target)
-        return (remote.tenant or "") if remote is not None else ""
 
     def _push_config(
         self, request: DelegationRequest, card: AgentCard, standin: str
@@ -558,32 +466,6 @@ def _last(target: str, events: list[StreamResponse]) -> StreamResponse:
     return events[-1]
 
 
-def _refused(target: str, error: A2AError) -> Exception:
-    """An A2A error of a call to another agent, in our words only (never the other side's): it
-    refused (not retried: a JSON-RPC error, or an HTTP 4xx other than 408, 425 and 429), or the
-    call failed on the way (retried: unreachable, timed out, its server's own failure)."""
-    status = _http_status(error)
-    refused = not isinstance(error, A2AClientError | InternalError) or (
-        status is not None and 400 <= status < 500 and status not in (408, 425, 429)
-    )
-    what = f"HTTP {status}" if status is not None else type(error).__name__
-    if refused:
-        return ApplicationError(
-            f"agent {target} refused the call ({what})", type=REFUSED, non_retryable=True
-        )
-    return ApplicationError(f"agent {target} could not be reached ({what})", type=UNREACHABLE)
-
-
-def _http_status(error: BaseException) -> int | None:
-    """The HTTP status behind a client error, if one is."""
-    cause: BaseException | None = error
-    while cause is not None:
-        if isinstance(cause, httpx.HTTPStatusError):
-            return cause.response.status_code
-        cause = cause.__cause__ or cause.__context__
-    return None
-
-
 def _apply(
     result: DelegationResult, event: StreamResponse, events: list[TaskEvent], stale: str
 ) -> tuple[DelegationResult, ProtoJSON | None]:
@@ -610,20 +492,6 @@ def _apply(
     parts = tuple(status.get("message", {}).get("parts") or ())
     state = str(status.get("state", ""))
     return attrs.evolve(result, remote_task_id=task_id, state=state, parts=parts), status
-
-
-async def card_problem(url: str) -> tuple[str | None, str]:
-    """What is wrong with the agent at ``url`` (None: its card was fetched and is an A2A card),
-    and what its card says of it (name, description, skills) for the model."""
-    try:
-        async with http_client(timeout=10) as http:
-            card = await CardCache().get(http, url)
-    except ValueError as problem:  # not a card, or one that sends calls elsewhere
-        return str(problem), ""
-    except Exception as error:  # unreachable, not JSON, not a card: the same to the caller
-        return f"its card could not be fetched ({type(error).__name__})", ""
-    skills = "; ".join(f"{s.name}: {s.description}" for s in card.skills)
-    return None, f"{card.name}: {card.description}" + (f" Skills: {skills}" if skills else "")
 
 
 def token_digest(token: str) -> str:

@@ -39,7 +39,7 @@ __all__ = ["MAX_STAND_IN_RELAYS", "DelegationWorkflow"]
 
 #: The most progress statuses one stand-in relays to its delegating task.
 MAX_STAND_IN_RELAYS = 100
-# The failure types of the delegation activities, whose messages are ours (activities.py).
+# The failure types of the delegation activities, whose messages are ours (calls.py).
 _DELEGATION_FAILURES = frozenset({"UnknownAgent", "DelegationRefused", "DelegationUnreachable"})
 
 

@@ -11,7 +11,7 @@ from a2a.client.errors import A2AClientError
 from a2a.utils.errors import A2AError, InternalError, TaskNotFoundError
 from temporalio.exceptions import ApplicationError
 
-from harness_core.delegation.activities import REFUSED, UNREACHABLE, _refused
+from harness_core.delegation.calls import REFUSED, UNREACHABLE, _refused  # pyright: ignore[reportPrivateUsage]
 from harness_core.payloads import DelegationProgress, relayed_status, status_key
 
 
