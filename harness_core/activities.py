@@ -1,5 +1,6 @@
 """The activities of one agent: a turn, a model request and a tool call (the LLM loop), archiving a run,
-storing an ended task, and the heartbeat.
+storing an ended task, and the heartbeat. What a turn reads (its history, its context) is
+``harness_core.turn_history``.
 
 They run on the Temporal event loop (the caller's under asyncio, the bridge thread under Trio); the
 store's synchronous SQLite calls run in worker threads, never on that loop. Each activity is scheduled
@@ -14,18 +15,15 @@ import logging
 import sqlite3
 import time
 import traceback
-import uuid
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any, Protocol, TypeVar, cast
 
 import anyio
-import attrs
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from harness_core.agents.compaction import Row, Transcript
+from harness_core.agents.compaction import Transcript
 from harness_core.agents.context import ActivityTurnContext, outcome_of
 from harness_core.agents.parts import message_from_json
 from harness_core.agents.turn import Agent, TurnMessage
@@ -38,7 +36,6 @@ from harness_core.payloads import (
     IndexEntry,
     ModelStep,
     ModelStepInput,
-    ProtoJSON,
     TaskRecord,
     ToolCallInput,
     ToolCallOutput,
@@ -50,7 +47,7 @@ from harness_core.push.delivery import PushActivities
 from harness_core.retention import Sweep
 from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
-from harness_core.store.connection import STORE_BUSY_ERRORS, STORE_ERRORS
+from harness_core.store.connection import STORE_ERRORS
 from harness_core.tasks.attempts import TASK_CANCELED
 from harness_core.tasks.pace import TurnPace
 from harness_core.temporal.codec import PayloadStore
@@ -64,6 +61,7 @@ from harness_core.temporal.names import (
     STORE_RECORD,
     TOOL_CALL,
 )
+from harness_core.turn_history import HISTORY_WINDOW, TurnHistory
 
 __all__ = ["HISTORY_WINDOW", "WORKER_GRACE", "AgentActivities", "LlmLoop"]
 
@@ -77,8 +75,6 @@ _WATCH_EVERY = 0.5
 #: How long a stopping worker lets running activities (turns, model requests, tool calls) finish
 #: before it stops them; they are run again, uncounted, when a worker polls the queue again.
 WORKER_GRACE = 1.0
-#: The most messages a turn is given: the task's latest ones.
-HISTORY_WINDOW = 400
 
 
 class LlmLoop(Protocol):
@@ -112,7 +108,7 @@ def _where(error: BaseException) -> str:
     return f"{last.filename}:{last.lineno}, in {last.name}"
 
 
-class AgentActivities:
+class AgentActivities(TurnHistory):
     """The activity implementations bound to one agent and its stores."""
 
     def __init__(
@@ -167,106 +163,6 @@ class AgentActivities:
             log.error("%s", message)
             raise ApplicationError(message, type="WrongAgent", non_retryable=True)
 
-    async def _history(
-        self, request: TurnRequest, since: int | None = None
-    ) -> tuple[TurnMessage, ...]:
-        """The turn's messages: the task's latest ``HISTORY_WINDOW``, content restored
-        (``_history_rows``; in a thread unless the request holds them all)."""
-        if _inline_only(request, since):
-            rows = self._inline(request)
-        else:
-            rows = await anyio.to_thread.run_sync(self._history_rows, request, since)
-        return tuple(message_from_json(m, sender) for m, sender in rows)
-
-    @staticmethod
-    def _inline(request: TurnRequest) -> list[tuple[Any, str | None]]:
-        senders = dict(request.senders)
-        return [(m, senders.get(str(m.get("messageId", "")))) for m in request.messages]
-
-    def _history_rows(
-        self, request: TurnRequest, since: int | None = None
-    ) -> list[tuple[Any, str | None]]:
-        """The turn's messages (JSON) with their senders, from the store's side (blocking).
-
-        First the listing index learns that the turn started: the request's messages and the
-        task's new events are written to the store with its state (at their positions, so a retry
-        changes nothing). Earlier messages are read from the store; the request's own are used as
-        they are. A store that takes no writes does not stop the turn.
-        """
-        start = request.archived
-        end = start + len(request.messages)
-        inline = self._inline(request)
-        if _inline_only(request, since):
-            return inline
-        entry = request.index
-        store = self.store
-        try:
-            if entry is not None:
-                archive = attrs.evolve(
-                    entry.archive,
-                    first_message=start,
-                    messages=request.messages,
-                    senders=request.senders,
-                )
-                store.checkpoint(attrs.evolve(entry, archive=archive))
-            elif request.persist:
-                store.put_messages(request.task_id, start, request.messages, request.senders)
-        except STORE_BUSY_ERRORS as error:
-            log.warning("task %s: the store refused its messages: %s", request.task_id, error)
-        first = max(0, end - HISTORY_WINDOW) if since is None else min(since, end)
-        earlier = store.messages_with_senders(request.task_id, first, start)
-        return [*earlier, *inline[max(0, first - start) :]]
-
-    def _context(
-        self, request: TurnRequest, history: tuple[TurnMessage, ...]
-    ) -> ActivityTurnContext:
-        return ActivityTurnContext(
-            task_id=request.task_id,
-            context_id=request.context_id,
-            number=request.number,
-            history=history,
-            new_ids=request.new_ids,
-            publish=partial(self.live.publish, self.agent_id, request.task_id),
-            agents=dict(self.delegates()),
-            earlier=partial(self._context_history, request, history),
-            on_progress=partial(self._note_progress, request.task_id),
-        )
-
-    async def _transcript(self, request: TurnRequest) -> Transcript:
-        """The turn's messages for a model step: those since the task's last fold (its summary
-        with them), each earlier answer with its turn's tool calls and results. The store is
-        read once, in one thread hop (the fold, the messages, the exchanges)."""
-        end = request.archived + len(request.messages)
-
-        def read() -> tuple[Any, list[tuple[Any, str | None]], dict[int, Any] | None]:
-            fold = self.store.latest_fold(request.task_id)
-            since = fold[1] if fold is not None else None
-            rows = self._history_rows(request, since)
-            first = end - len(rows)
-            expected = since if since is not None else max(0, end - HISTORY_WINDOW)
-            if first != min(expected, end):
-                return fold, rows, None
-            return fold, rows, self.store.exchanges(request.task_id, first, end)
-
-        fold, stored, exchanges = await anyio.to_thread.run_sync(read)
-        history = tuple(message_from_json(m, sender) for m, sender in stored)
-        first = end - len(history)
-        if exchanges is None:
-            # Rows are missing from the store (it refused a write): positions cannot be told,
-            # so nothing is folded and no earlier exchange is placed this time.
-            log.warning("task %s: its stored history has gaps; no compaction", request.task_id)
-            rows = tuple(Row(-1, message) for message in history)
-            return Transcript(rows, summary=fold[2] if fold else None, foldable=0)
-        new = set(request.new_ids)
-        rows = tuple(
-            Row(first + i, message, tuple(exchanges.get(first + i, ())))
-            for i, message in enumerate(history)
-        )
-        foldable = next(
-            (i for i, row in enumerate(rows) if row.message.message_id in new), len(rows)
-        )
-        return Transcript(rows, summary=fold[2] if fold else None, foldable=foldable)
-
     async def _gate(
         self, request: TurnRequest, history: tuple[TurnMessage, ...]
     ) -> tuple[str, ...]:
@@ -279,32 +175,6 @@ class AgentActivities:
             request.task_id,
             lambda: plugins.gate(history, task_id=request.task_id, context_id=request.context_id),
         )
-
-    async def _note_progress(self, task_id: str, status: ProtoJSON) -> None:
-        try:
-            await anyio.to_thread.run_sync(self.store.note_progress, task_id, status)
-        except STORE_BUSY_ERRORS as error:
-            log.warning("task %s: the index did not take its progress: %s", task_id, error)
-
-    async def _context_history(
-        self, request: TurnRequest, history: tuple[TurnMessage, ...], limit: int
-    ) -> tuple[TurnMessage, ...]:
-        """``TurnContext.context_history``: the first task of a context (its id derived from
-        the task's, as for every task a client starts without one) has none, read from nowhere."""
-        if request.context_id == str(uuid.uuid5(uuid.NAMESPACE_URL, request.task_id)):
-            return ()
-        wanted = set(request.new_ids)
-        senders = [m.sender for m in history if m.message_id in wanted and m.role == "user"]
-        participant = senders[-1] if senders else None
-        rows = await anyio.to_thread.run_sync(
-            self.store.context_messages,
-            request.context_id,
-            self.agent_id,
-            participant,
-            request.task_id,
-            limit,
-        )
-        return tuple(message_from_json(m, sender) for m, sender in rows)
 
     @activity.defn(name=RUN_TURN)
     async def run_turn(self, request: TurnRequest) -> TurnOutcome:
@@ -582,11 +452,6 @@ class AgentActivities:
             *(self.delegation.all() if self.delegation is not None else ()),
             *(self.push.all() if self.push is not None else ()),
         ]
-
-
-def _inline_only(request: TurnRequest, since: int | None) -> bool:
-    """The request holds the turn's whole history, and has nothing to write: no store call."""
-    return request.archived == 0 and request.index is None and not request.persist and not since
 
 
 def refuses_writes(error: Exception) -> bool:

@@ -57,6 +57,8 @@ PASSTHROUGH = (
     "harness_core.payloads",
     "harness_core.converter",
     "harness_core.tasks.state",
+    "harness_core.tasks.admission",
+    "harness_core.tasks.records",
     "harness_core.retention",
     "harness_core.temporal.names",
     "attrs",

@@ -3,43 +3,47 @@
 ``TaskState`` holds one run of a task (its messages, events, mailbox and counters) and decides:
 whether a message is taken (and what a refusal says), what a turn is given, how an outcome changes the
 task, what the listing index and the archive learn, when the run is full, and what the next run
-carries. It imports nothing from Temporal and reads the time only through the clock it is given, so
-every rule is tested without a server (``tests/unit/test_task_state.py``, with hypothesis over any
-sequence of inputs). ``TaskWorkflow`` (``harness_core.tasks.workflow``) is its driver: it waits,
-runs activities and child workflows, and feeds what they return back in (hypercorn's sans-IO
-protocol classes with thin runners are the model, ``shared/STYLE.md`` §10).
+carries. Two of those live in its bases: which messages it takes, in ``Admission``
+(``harness_core.tasks.admission``), and what a reader, the store, the index and the next run learn,
+in ``Records`` (``harness_core.tasks.records``). It imports nothing from Temporal and reads the time
+only through the clock it is given, so every rule is tested without a server
+(``tests/unit/test_task_state.py``, with hypothesis over any sequence of inputs). ``TaskWorkflow``
+(``harness_core.tasks.workflow``) is its driver: it waits, runs activities and child workflows, and
+feeds what they return back in (hypercorn's sans-IO protocol classes with thin runners are the
+model, ``shared/STYLE.md`` §10).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, cast
-
-import attrs
+from typing import Any, cast
 
 from harness_core.payloads import (
     DECLINED_KEY,
     SETTLED_STATES,
     TERMINAL_STATES,
-    Archive,
     DelegationProgress,
     DelegationResult,
     Inbound,
-    IndexEntry,
     ProtoJSON,
-    Receipt,
-    TaskCarry,
     TaskEvent,
     TaskStart,
-    TaskTail,
     TurnOutcome,
     TurnRequest,
     declined,
-    may_access,
     relayed_status,
 )
 from harness_core.retention import expiry_text, idle_limit
+from harness_core.tasks.admission import (
+    CLOSED_TASK,
+    RUN_BYTES,
+    RUN_MESSAGES,
+    Admission,
+    TaskRefused,
+    task_closed_message,
+)
+from harness_core.tasks.records import Records
 
 __all__ = [
     "CLOSED_TASK",
@@ -56,23 +60,12 @@ __all__ = [
     "text_message",
 ]
 
-# The text of a closed task's refusal; the HTTP layer recognises it to answer with a clear A2A error.
-CLOSED_TASK = "task is closed"
-#: A run continues as new once idle past this many messages or bytes of them (JSON); it refuses
-#: further messages for a moment (``TaskBusy``, retried by the sender) at twice as many, which only
-#: a flood during one turn reaches.
-RUN_MESSAGES = 200
-RUN_BYTES = 512 * 1024
 #: A turn is given the run's unwritten messages inline up to this many bytes (no store write on
 #: a short conversation's turns); past it, it writes them to the store and reads its history there.
 INLINE_HISTORY = 8 * 1024
 INTERRUPTED_STATES = frozenset({"TASK_STATE_INPUT_REQUIRED", "TASK_STATE_AUTH_REQUIRED"})
 #: A turn this long (seconds) is long: it should not hold a workflow task (``tasks/pace.py``).
 LONG_TURN = 4.0
-
-
-def task_closed_message(task_id: str, state: str) -> str:
-    return f"{CLOSED_TASK}: task {task_id} is {state.removeprefix('TASK_STATE_').lower()}"
 
 
 def json_size(value: Any) -> int:
@@ -92,25 +85,7 @@ def answer_parts(result: DelegationResult) -> list[ProtoJSON]:
     return parts
 
 
-class TaskRefused(Exception):
-    """A message the task does not take. ``kind`` is the failure type the sender learns
-    (``TaskNotFound``, ``MessageIdReused``, ``TaskClosed``, or ``TaskBusy``, the one worth a retry)."""
-
-    def __init__(
-        self,
-        kind: Literal["TaskNotFound", "MessageIdReused", "TaskClosed", "TaskBusy"],
-        message: str,
-    ) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind == "TaskBusy"
-
-
-class TaskState:
+class TaskState(Admission, Records):
     """One run of one task: its state, and every decision about it.
 
     ``now`` gives the time as an ISO-8601 string (the workflow's clock); ``start`` is the run's input,
@@ -245,129 +220,6 @@ class TaskState:
         self.end(self.start.expired_state, expiry_text(self.start.idle_seconds))
 
     # -- messages -----------------------------------------------------------------------------------
-
-    def check(self, inbound: Inbound) -> None:
-        """Raise ``TaskRefused`` unless the task takes ``inbound`` (a retry of a message it has is
-        taken: it changes nothing)."""
-        if inbound.agent_id != self.start.agent_id:
-            # Another agent's task reads as not found (and is left unchanged).
-            raise TaskRefused("TaskNotFound", "task not found")
-        first = self.start.first
-        first_id = first.message.get("messageId") if first is not None else None
-        owner_only = bool(self.ids) and inbound.message.get("messageId") != first_id
-        if owner_only and not may_access(self.participants, inbound.participant):
-            # A participant who is not on the task reads it as not found (the first message
-            # is what puts its sender on the task).
-            raise TaskRefused("TaskNotFound", "task not found")
-        message_id = str(inbound.message.get("messageId", ""))
-        if message_id.startswith(f"{self.task_id}:"):
-            raise TaskRefused(
-                "MessageIdReused", f"message ids starting with {self.task_id}: belong to the agent"
-            )
-        known = self.ids.get(message_id)
-        if known is not None:
-            if known != inbound.digest:
-                raise TaskRefused(
-                    "MessageIdReused",
-                    f"message id {message_id} was already used for another message",
-                )
-            return
-        if self.closed or self.ended() or self.cancel_requested:
-            raise TaskRefused("TaskClosed", task_closed_message(self.task_id, self.state))
-        full = self.accepted >= 2 * self.start.run_messages or self.run_bytes >= 2 * RUN_BYTES
-        if self.closing or full:
-            # The run is archiving itself; the sender retries in a moment, on the next run.
-            raise TaskRefused("TaskBusy", "task is busy; retry")
-
-    def accept(self, inbound: Inbound) -> bool:
-        """Take a user message into the task (False: a retry of one it has)."""
-        message_id = str(inbound.message.get("messageId", ""))
-        if message_id in self.ids:
-            return False
-        message = {**inbound.message, "taskId": self.task_id, "contextId": self.start.context_id}
-        self.ids[message_id] = inbound.digest
-        self.run_ids.append((message_id, inbound.digest))
-        if inbound.participant:
-            self.senders[message_id] = inbound.participant
-            if inbound.participant not in self.participants:
-                self.participants.append(inbound.participant)
-        # Idle: the message is next in the history. During a turn it waits for the next turn to
-        # take it, so the history stays in the order the model saw it.
-        self.mailbox.append(attrs.evolve(inbound, message=message))
-        if not self.in_turn:
-            self.history.append(message)
-        self.run_bytes += inbound.size
-        self.accepted += 1
-        if inbound.push:
-            self.push = True
-        return True
-
-    def take(self, inbound: Inbound) -> bool:
-        """A delivery of ``inbound``: whether it is new to the task (False: a retry of a message
-        it has). The first delivery of the message the task started with is new, though the
-        start took the message already."""
-        if self.accept(inbound):
-            return True
-        if self._started_with and inbound.message.get("messageId") == self._started_with:
-            self._started_with = ""
-            return True
-        return False
-
-    def answered(self, accepted: int) -> bool:
-        """A blocking sender whose message was the ``accepted``-th of the run may have its answer."""
-        return self.closed or (self.processed >= accepted and self.settled())
-
-    def receipt(
-        self, message_id: str, inbound: Inbound, *, cursor: int, duplicate: bool
-    ) -> Receipt:
-        """What the sender of ``inbound`` learns: raises ``TaskRefused`` when the task ended
-        before a turn took it."""
-        if message_id in self.refused:
-            raise TaskRefused("TaskClosed", task_closed_message(self.task_id, self.state))
-        exchange, first = self._exchange(message_id, inbound)
-        return Receipt(
-            duplicate=duplicate,
-            cursor=cursor,
-            status=self.status,
-            closed=self.closed,
-            busy=self.busy(),
-            reply=self.reply,
-            context_id=self.start.context_id,
-            participants=tuple(self.participants),
-            messages=exchange,
-            events=tuple(self.events[max(cursor - self.archived_events, 0) :]),
-            last_seq=self.last_seq(),
-            first_message=first,
-        )
-
-    def _exchange(self, message_id: str, inbound: Inbound) -> tuple[tuple[ProtoJSON, ...], int]:
-        """The message and what followed it in this run (itself alone while it waits for a turn),
-        and the position of the first of them in the task (-1 while it waits)."""
-        for index, message in enumerate(self.history):
-            if message.get("messageId") == message_id:
-                return tuple(self.history[index:]), self.archived_messages + index
-        if message_id in self.refused:
-            return (), -1
-        return (inbound.message,), -1
-
-    def keep_pending(self) -> None:
-        """The task was canceled with messages still queued: they were accepted before the cancel,
-        so they stay in the task, unanswered (their waiting senders get the canceled task)."""
-        in_history = {m.get("messageId") for m in self.history}
-        for inbound in self.mailbox:
-            if inbound.message.get("messageId") not in in_history:
-                self.history.append(inbound.message)
-        self.processed += len(self.mailbox)
-        self.mailbox.clear()
-
-    def refuse_pending(self) -> None:
-        """The task ended with messages still queued: drop them, and tell their waiting senders."""
-        for inbound in self.mailbox:
-            message_id = str(inbound.message.get("messageId", ""))
-            self.refused.add(message_id)
-            self.history = [m for m in self.history if m.get("messageId") != message_id]
-        self.processed += len(self.mailbox)
-        self.mailbox.clear()
 
     def close(self) -> None:
         """The run loop is over: queued messages stay (canceled) or are refused (ended)."""
@@ -552,88 +404,3 @@ class TaskState:
         )
         self.run_bytes += json_size(message)
         self.accepted += 1
-
-    # -- what others learn --------------------------------------------------------------------------
-
-    def _senders_of(self, messages: Sequence[ProtoJSON]) -> tuple[tuple[str, str], ...]:
-        return tuple(
-            (m, p)
-            for m in (str(h.get("messageId", "")) for h in messages)
-            if (p := self.senders.get(m)) is not None
-        )
-
-    def tail(self, after_event: int, after_message: int) -> TaskTail:
-        first_event = max(after_event - self.archived_events, 0)
-        first_message = max(after_message - self.archived_messages, 0)
-        return TaskTail(
-            status=self.status,
-            participants=tuple(self.participants),
-            agent_id=self.start.agent_id,
-            closed=self.closed,
-            busy=self.busy(),
-            archived_messages=self.archived_messages,
-            archived_events=self.archived_events,
-            messages=tuple(self.history[first_message:]),
-            events=tuple(self.events[first_event:]),
-            last_seq=self.last_seq(),
-        )
-
-    def archive(self) -> Archive:
-        """The run's messages and events, for the agent's store."""
-        start = self.start
-        return Archive(
-            task_id=start.task_id,
-            agent_id=start.agent_id,
-            context_id=start.context_id,
-            first_message=self.archived_messages,
-            messages=tuple(self.history),
-            events=tuple(self.events),
-            participants=tuple(self.participants),
-            senders=tuple(self.senders.items()),
-        )
-
-    def index_entry(self, first_message: int, messages: int) -> IndexEntry:
-        """The index's news: this run's messages from ``first_message`` (of the run) on, the events
-        it has not had, and the task's state. The index has every event after this."""
-        start = self.start
-        written = self.history[first_message:messages]
-        archive = Archive(
-            task_id=start.task_id,
-            agent_id=start.agent_id,
-            context_id=start.context_id,
-            first_message=self.archived_messages + first_message,
-            messages=tuple(written),
-            events=tuple(self.events[max(self.indexed_seq - self.archived_events, 0) :]),
-            participants=tuple(self.participants),
-            senders=self._senders_of(written),
-        )
-        self.indexed_seq = self.last_seq()
-        return IndexEntry(
-            archive=archive,
-            status=self.status,
-            last_seq=self.last_seq(),
-            messages=self.archived_messages + len(self.history),
-            busy=self.busy(),
-        )
-
-    def checkpoint(self) -> IndexEntry:
-        """The index entry of a task at rest (or waiting on other agents)."""
-        return self.index_entry(self.persisted, len(self.history))
-
-    def carry(self) -> TaskCarry:
-        """What the next run carries: the task's state, not its content (archived first)."""
-        return TaskCarry(
-            status=self.status,
-            participants=tuple(self.participants),
-            # The latest ids, whichever run took them: a run that took none still knows the
-            # last run's (a retry of one of them changes nothing); older ones are in the store.
-            recent_ids=tuple(self.run_ids[-2 * self.start.run_messages :]),
-            archived_messages=self.archived_messages + len(self.history),
-            archived_events=self.last_seq(),
-            turns=self.turns,
-            runs=self.runs,
-            cancel_requested=self.cancel_requested,
-            push=self.push,
-            pushed_seq=self.pushed,
-            long_turns=self.long_turns,
-        )

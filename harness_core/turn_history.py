@@ -1,0 +1,174 @@
+"""What a turn reads: its messages (the task's latest, or those since its last fold, with earlier
+answers' tool calls for a model step) and its context (``ActivityTurnContext``).
+
+A mixin of ``AgentActivities`` (``harness_core.activities``): the turn and model-step activities read
+their history the same way, from the agent's store in worker threads (never on the activity's event
+loop), and as they read write the request's messages (with the index entry it carries) to the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import anyio
+import attrs
+
+from harness_core.agents.compaction import Row, Transcript
+from harness_core.agents.context import ActivityTurnContext
+from harness_core.agents.parts import message_from_json
+from harness_core.agents.turn import TurnMessage
+from harness_core.live import LiveHub
+from harness_core.payloads import ProtoJSON, TurnRequest
+from harness_core.store import TaskStore
+from harness_core.store.connection import STORE_BUSY_ERRORS
+
+__all__ = ["HISTORY_WINDOW", "TurnHistory"]
+
+log = logging.getLogger("harness.worker")
+
+#: The most messages a turn is given: the task's latest ones.
+HISTORY_WINDOW = 400
+
+
+class TurnHistory:
+    """The history and context of an agent's turns, read from its store."""
+
+    agent_id: str
+    store: TaskStore
+    live: LiveHub
+    delegates: Callable[[], list[tuple[str, str]]]
+
+    async def _history(
+        self, request: TurnRequest, since: int | None = None
+    ) -> tuple[TurnMessage, ...]:
+        """The turn's messages: the task's latest ``HISTORY_WINDOW``, content restored
+        (``_history_rows``; in a thread unless the request holds them all)."""
+        if _inline_only(request, since):
+            rows = self._inline(request)
+        else:
+            rows = await anyio.to_thread.run_sync(self._history_rows, request, since)
+        return tuple(message_from_json(m, sender) for m, sender in rows)
+
+    @staticmethod
+    def _inline(request: TurnRequest) -> list[tuple[Any, str | None]]:
+        senders = dict(request.senders)
+        return [(m, senders.get(str(m.get("messageId", "")))) for m in request.messages]
+
+    def _history_rows(
+        self, request: TurnRequest, since: int | None = None
+    ) -> list[tuple[Any, str | None]]:
+        """The turn's messages (JSON) with their senders, from the store's side (blocking).
+
+        First the listing index learns that the turn started: the request's messages and the
+        task's new events are written to the store with its state (at their positions, so a retry
+        changes nothing). Earlier messages are read from the store; the request's own are used as
+        they are. A store that takes no writes does not stop the turn.
+        """
+        start = request.archived
+        end = start + len(request.messages)
+        inline = self._inline(request)
+        if _inline_only(request, since):
+            return inline
+        entry = request.index
+        store = self.store
+        try:
+            if entry is not None:
+                archive = attrs.evolve(
+                    entry.archive,
+                    first_message=start,
+                    messages=request.messages,
+                    senders=request.senders,
+                )
+                store.checkpoint(attrs.evolve(entry, archive=archive))
+            elif request.persist:
+                store.put_messages(request.task_id, start, request.messages, request.senders)
+        except STORE_BUSY_ERRORS as error:
+            log.warning("task %s: the store refused its messages: %s", request.task_id, error)
+        first = max(0, end - HISTORY_WINDOW) if since is None else min(since, end)
+        earlier = store.messages_with_senders(request.task_id, first, start)
+        return [*earlier, *inline[max(0, first - start) :]]
+
+    def _context(
+        self, request: TurnRequest, history: tuple[TurnMessage, ...]
+    ) -> ActivityTurnContext:
+        return ActivityTurnContext(
+            task_id=request.task_id,
+            context_id=request.context_id,
+            number=request.number,
+            history=history,
+            new_ids=request.new_ids,
+            publish=partial(self.live.publish, self.agent_id, request.task_id),
+            agents=dict(self.delegates()),
+            earlier=partial(self._context_history, request, history),
+            on_progress=partial(self._note_progress, request.task_id),
+        )
+
+    async def _transcript(self, request: TurnRequest) -> Transcript:
+        """The turn's messages for a model step: those since the task's last fold (its summary
+        with them), each earlier answer with its turn's tool calls and results. The store is
+        read once, in one thread hop (the fold, the messages, the exchanges)."""
+        end = request.archived + len(request.messages)
+
+        def read() -> tuple[Any, list[tuple[Any, str | None]], dict[int, Any] | None]:
+            fold = self.store.latest_fold(request.task_id)
+            since = fold[1] if fold is not None else None
+            rows = self._history_rows(request, since)
+            first = end - len(rows)
+            expected = since if since is not None else max(0, end - HISTORY_WINDOW)
+            if first != min(expected, end):
+                return fold, rows, None
+            return fold, rows, self.store.exchanges(request.task_id, first, end)
+
+        fold, stored, exchanges = await anyio.to_thread.run_sync(read)
+        history = tuple(message_from_json(m, sender) for m, sender in stored)
+        first = end - len(history)
+        if exchanges is None:
+            # Rows are missing from the store (it refused a write): positions cannot be told,
+            # so nothing is folded and no earlier exchange is placed this time.
+            log.warning("task %s: its stored history has gaps; no compaction", request.task_id)
+            rows = tuple(Row(-1, message) for message in history)
+            return Transcript(rows, summary=fold[2] if fold else None, foldable=0)
+        new = set(request.new_ids)
+        rows = tuple(
+            Row(first + i, message, tuple(exchanges.get(first + i, ())))
+            for i, message in enumerate(history)
+        )
+        foldable = next(
+            (i for i, row in enumerate(rows) if row.message.message_id in new), len(rows)
+        )
+        return Transcript(rows, summary=fold[2] if fold else None, foldable=foldable)
+
+    async def _note_progress(self, task_id: str, status: ProtoJSON) -> None:
+        try:
+            await anyio.to_thread.run_sync(self.store.note_progress, task_id, status)
+        except STORE_BUSY_ERRORS as error:
+            log.warning("task %s: the index did not take its progress: %s", task_id, error)
+
+    async def _context_history(
+        self, request: TurnRequest, history: tuple[TurnMessage, ...], limit: int
+    ) -> tuple[TurnMessage, ...]:
+        """``TurnContext.context_history``: the first task of a context (its id derived from
+        the task's, as for every task a client starts without one) has none, read from nowhere."""
+        if request.context_id == str(uuid.uuid5(uuid.NAMESPACE_URL, request.task_id)):
+            return ()
+        wanted = set(request.new_ids)
+        senders = [m.sender for m in history if m.message_id in wanted and m.role == "user"]
+        participant = senders[-1] if senders else None
+        rows = await anyio.to_thread.run_sync(
+            self.store.context_messages,
+            request.context_id,
+            self.agent_id,
+            participant,
+            request.task_id,
+            limit,
+        )
+        return tuple(message_from_json(m, sender) for m, sender in rows)
+
+
+def _inline_only(request: TurnRequest, since: int | None) -> bool:
+    """The request holds the turn's whole history, and has nothing to write: no store call."""
+    return request.archived == 0 and request.index is None and not request.persist and not since
