@@ -75,6 +75,16 @@ class _LineReader:
 
 
 async def spawn(command: list[str], binary: Path) -> Process:
+    # Shielded: a start cancelled half-way (asyncio kills the new process then, but cannot wait
+    # for it while the cancellation repeats) would leave a process nobody reaps.
+    process: Process | None = None
+    with anyio.CancelScope(shield=True):
+        process = await _open(command, binary)
+    assert process is not None  # the shield lets nothing swallow an error
+    return process
+
+
+async def _open(command: list[str], binary: Path) -> Process:
     try:
         return await anyio.open_process(
             command,

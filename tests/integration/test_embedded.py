@@ -60,7 +60,7 @@ def _is_gone(pid: int) -> bool:
     """True once the process has exited; a zombie has exited too, it only awaits its reaper."""
     try:
         status = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # the latter: it went while being read
         return True
     return status.rpartition(")")[2].split()[0] in ("Z", "X")
 
