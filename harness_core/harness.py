@@ -411,6 +411,7 @@ class Harness:
             idle_seconds=self.settings.retention.idle_timeout,
             expired_state=f"TASK_STATE_{self.settings.retention.expired_state.upper()}",
             block_for=self.settings.delegation.block_for,
+            record_in_turn=True,
         )
 
     def _credential(self) -> AgentCredential | None:

@@ -162,6 +162,9 @@ class TaskStart:
     #: ``[delegation] block_for``: a delegating turn whose senders all wait asks the other agents
     #: with a blocking send, within its workflow task, for this long before any stand-in (0: no).
     block_for: float = 0.0
+    #: A local turn that ends the task stores its final record itself (``TurnRequest.record_at``).
+    #: False in the inputs of runs started before that rule: they store it as they did.
+    record_in_turn: bool = False
 
 
 @attrs.frozen
@@ -269,6 +272,10 @@ class TurnRequest:
     persist: bool = True
     #: The task as the turn starts, for the listing index (``messages`` go with it, always).
     index: IndexEntry | None = None
+    #: Set (to the workflow task's time) when the request holds the task's whole run: a turn
+    #: that ends the task then stores its final record itself, in the workflow task that runs
+    #: it, and says so in ``TurnOutcome.recorded`` (``harness_core.tasks.state.turn_end``).
+    record_at: str = ""
 
 
 @attrs.frozen
@@ -413,6 +420,9 @@ class TurnOutcome:
     delegations: tuple[DelegationSpec, ...] = ()
     #: ``kind == "declined"``: the keys of the plugins whose gates declined the turn.
     declined: tuple[str, ...] = ()
+    #: The final record the turn stored (``TurnRequest.record_at``): the workflow stores it
+    #: again only if its own differs.
+    recorded: TaskRecord | None = None
 
 
 @attrs.frozen
@@ -520,6 +530,9 @@ class IndexEntry:
     messages: int
     #: A turn runs or a message waits for one.
     busy: bool
+    #: The task did not end after all, though a turn stored its final record: the index takes
+    #: this state over the record's (``TurnOutcome.recorded``).
+    reopen: bool = False
 
 
 @attrs.frozen

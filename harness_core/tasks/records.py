@@ -7,7 +7,7 @@ Each record is read off the run's state; only the index entry changes it (the ev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from harness_core.payloads import (
     Archive,
@@ -15,6 +15,7 @@ from harness_core.payloads import (
     ProtoJSON,
     TaskCarry,
     TaskEvent,
+    TaskRecord,
     TaskStart,
     TaskTail,
 )
@@ -43,6 +44,8 @@ class Records:
     senders: dict[str, str]
     persisted: int
     closed: bool
+    reply: ProtoJSON | None
+    _now: Callable[[], str]
 
     def busy(self) -> bool:
         raise NotImplementedError
@@ -85,6 +88,22 @@ class Records:
             events=tuple(self.events),
             participants=tuple(self.participants),
             senders=tuple(self.senders.items()),
+        )
+
+    def final_record(self) -> TaskRecord:
+        """The ended task's summary, for the store (with ``archive``) and the workflow's result."""
+        start = self.start
+        return TaskRecord(
+            task_id=start.task_id,
+            context_id=start.context_id,
+            agent_id=start.agent_id,
+            state=str(self.status.get("state", "")),
+            status=self.status,
+            participants=tuple(self.participants),
+            updated_at=str(self.status.get("timestamp", self._now())),
+            messages=self.archived_messages + len(self.history),
+            events=self.last_seq(),
+            reply=self.reply,
         )
 
     def index_entry(self, first_message: int, messages: int) -> IndexEntry:

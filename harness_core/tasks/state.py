@@ -23,11 +23,14 @@ from harness_core.payloads import (
     DECLINED_KEY,
     SETTLED_STATES,
     TERMINAL_STATES,
+    Archive,
     DelegationProgress,
     DelegationResult,
     Inbound,
     ProtoJSON,
+    TaskCarry,
     TaskEvent,
+    TaskRecord,
     TaskStart,
     TurnOutcome,
     TurnRequest,
@@ -58,6 +61,7 @@ __all__ = [
     "json_size",
     "task_closed_message",
     "text_message",
+    "turn_end",
 ]
 
 #: A turn is given the run's unwritten messages inline up to this many bytes (no store write on
@@ -284,6 +288,10 @@ class TaskState(Admission, Records):
         self.before_turn = self.state
         if self.state != "TASK_STATE_WORKING" or declined(self.status):
             self.emit_status("TASK_STATE_WORKING")
+        # The request holds the whole run (no turn wrote messages, no index write took events):
+        # a local turn may then store the task's end itself (``turn_end``).
+        whole = self.persisted == 0 and self.indexed_seq == self.archived_events
+        record = start.record_in_turn and local and whole and start.loop == "turn"
         unwritten = self.history[self.persisted :]
         persist = json_size(unwritten) > INLINE_HISTORY
         request = TurnRequest(
@@ -299,6 +307,7 @@ class TaskState(Admission, Records):
             persist=persist,
             # The turn's messages travel in the request itself; the entry carries the rest.
             index=self.index_entry(len(self.history), len(self.history)),
+            record_at=self._now() if record else "",
         )
         self.may_reply = request.may_reply
         if persist:
@@ -310,8 +319,19 @@ class TaskState(Admission, Records):
         self.processed += taken
         self.in_turn = False
 
-    def apply(self, outcome: TurnOutcome) -> None:
-        """What the turn did: its events, artifacts, and how it ended."""
+    def apply(self, outcome: TurnOutcome, at: str | None = None) -> None:
+        """What the turn did: its events, artifacts, and how it ended (``at``: its status's time,
+        the clock's by default)."""
+        if at is None:
+            self._apply(outcome)
+            return
+        clock, self._now = self._now, lambda: at
+        try:
+            self._apply(outcome)
+        finally:
+            self._now = clock
+
+    def _apply(self, outcome: TurnOutcome) -> None:
         number = self.turns
         for kind, body in outcome.emitted:
             if kind == "status":
@@ -404,3 +424,45 @@ class TaskState(Admission, Records):
         )
         self.run_bytes += json_size(message)
         self.accepted += 1
+
+
+def turn_end(
+    request: TurnRequest, outcome: TurnOutcome, now: str
+) -> tuple[Archive, TaskRecord] | None:
+    """What a turn that ends its task stores, by the task's own rules: the run's archive and the
+    task's final record as of ``now``, or None when ``outcome`` does not end the task (or
+    ``request`` may not record).
+
+    The task is taken up again from the request (with ``record_at``, it holds the whole run), so
+    the workflow, applying the same outcome at the record's time (``TaskState.apply``'s ``at``),
+    comes to the same record; if anything reached the task meanwhile, its record differs, and it
+    stores its own (``TaskWorkflow``)."""
+    entry = request.index
+    if not request.record_at or entry is None:
+        return None
+    events = entry.archive.events
+    carry = TaskCarry(
+        status=entry.status,
+        participants=entry.archive.participants,
+        recent_ids=(),
+        archived_messages=request.archived,
+        archived_events=entry.last_seq - len(events),
+        turns=request.number,
+        runs=0,
+    )
+    start = TaskStart(
+        task_id=request.task_id,
+        context_id=request.context_id,
+        agent_id=request.agent_id,
+        carry=carry,
+    )
+    task = TaskState(start, lambda: now)
+    task.history = list(request.messages)
+    task.events = list(events)
+    task.senders = dict(request.senders)
+    task.may_reply = request.may_reply
+    task.apply(outcome)
+    if not task.ended():
+        return None
+    task.close()
+    return task.archive(), task.final_record()

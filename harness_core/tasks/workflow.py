@@ -96,6 +96,8 @@ class TaskWorkflow(LlmTurn):
         # Pushes of an ended task wait for its final record (a receiver that reads the task on
         # COMPLETED must find it COMPLETED); False only between the end and the record.
         self._push_open = True
+        # The final record the task's last turn stored itself (``TurnRequest.record_at``).
+        self._recorded: TaskRecord | None = None
 
     # -- the run ------------------------------------------------------------------------------------
 
@@ -165,20 +167,33 @@ class TaskWorkflow(LlmTurn):
             if outcome is None:
                 task.end("TASK_STATE_CANCELED", "canceled")
                 return
-            task.apply(outcome)
+            recorded = outcome.recorded
+            # A turn that stored the task's end gave it its time.
+            task.apply(outcome, at=recorded.updated_at if recorded is not None else None)
+            if recorded is not None:
+                self._recorded = recorded
+                if not task.ended():
+                    # Something reached the task while the turn ran (a message, after a workflow
+                    # task heartbeat): the index takes the task back from the end it stored.
+                    log.warning("task %s: its turn stored an end it did not reach", start.task_id)
+                    self._recorded = None
+                    await self._checkpoint(start, reopen=True)
         finally:
             task.end_turn(taken)
 
     # -- the store ----------------------------------------------------------------------------------
 
-    async def _checkpoint(self, start: TaskStart) -> None:
+    async def _checkpoint(self, start: TaskStart, *, reopen: bool = False) -> None:
         """The index learns the task's state and what happened since its last write: when the
         task rests (waiting for input), in the workflow task that ended the turn, and while a
-        turn waits for other agents."""
+        turn waits for other agents (``reopen``: over an end its turn stored)."""
+        entry = self._task.checkpoint()
+        if reopen:
+            entry = attrs.evolve(entry, reopen=True)
         try:
             await workflow.execute_local_activity(
                 CHECKPOINT,
-                self._task.checkpoint(),
+                entry,
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=_STORE_RETRY,
             )
@@ -220,24 +235,17 @@ class TaskWorkflow(LlmTurn):
                 idle_seconds=start.idle_seconds,
                 expired_state=start.expired_state,
                 block_for=start.block_for,
+                record_in_turn=True,
             )
         )
 
     async def _store_final(self, start: TaskStart) -> TaskRecord:
         task = self._task
+        record = task.final_record()
+        if record == self._recorded:
+            # The last turn stored this very record: nothing reached the task in between.
+            return record
         archive = task.archive()
-        record = TaskRecord(
-            task_id=start.task_id,
-            context_id=start.context_id,
-            agent_id=start.agent_id,
-            state=task.state,
-            status=task.status,
-            participants=tuple(task.participants),
-            updated_at=str(task.status.get("timestamp", _now())),
-            messages=task.archived_messages + len(task.history),
-            events=task.last_seq(),
-            reply=task.reply,
-        )
         try:
             # In the workflow task that ends the turn: no round trip through the task queue.
             await workflow.execute_local_activity(

@@ -95,6 +95,25 @@ async def test_record_a_direct_reply(make_harness):
         await save(harness, task_id, "direct-reply")
 
 
+async def test_record_turns_that_store_their_tasks_end(make_harness):
+    """A first turn given the whole run stores its task's end itself (``record_in_turn``): a
+    completed task, and a direct reply."""
+
+    async def agent(ctx: TurnContext) -> TurnResult:
+        return Reply("hi") if ctx.history[-1].text == "reply" else Complete("done")
+
+    harness = make_harness(agent)
+    message = user_message("reply")
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        done = await send_blocking(client, user_message("work"))
+        events = [e async for e in client.send_message(SendMessageRequest(message=message))]
+        assert events[0].HasField("message")
+        digest = content_digest(MessageToDict(message))
+        replied = derive_task_id(harness.agent_id, None, message.message_id, digest)
+        await save(harness, done.id, "turn-end")
+        await save(harness, replied, "turn-end-reply")
+
+
 @pytest.mark.parametrize("blocking", [False, True], ids=["streamed", "blocking"])
 async def test_record_tool_calls_of_the_llm_loop(make_harness, monkeypatch, blocking):
     """The LLM loop with a tool call: for a streaming sender the turn's steps are regular

@@ -37,6 +37,8 @@ def test_there_are_recorded_histories_of_every_kind() -> None:
         "failure",
         "delegate-stream",
         "delegate-follow-standin",
+        "turn-end",
+        "turn-end-reply",
     }
 
 

@@ -20,7 +20,7 @@ from harness_core.payloads import (
     TaskStart,
     TurnOutcome,
 )
-from harness_core.tasks.state import TaskRefused, TaskState, json_size
+from harness_core.tasks.state import TaskRefused, TaskState, json_size, turn_end
 
 _clock = itertools.count()
 
@@ -160,6 +160,34 @@ def test_continue_as_new_carries_state_not_content() -> None:
     assert refusal(nxt, inbound("m0", text="other")) == "MessageIdReused"
 
 
+def test_a_turn_given_the_whole_run_stores_the_end_the_workflow_would_store() -> None:
+    """A local first turn is given the whole run: the end it stores (as of its own time) is the
+    record and archive the task comes to, applying the outcome at that time; a later turn, once
+    the index has the run's start, is not given it, nor is a turn a sender does not wait for."""
+    task = new_task(record_in_turn=True)
+    request, _, local = task.begin_turn()
+    assert local and request.record_at
+    outcome = TurnOutcome(kind="complete", message=({"text": "done"},))
+    ending = turn_end(request, outcome, "2026-12-03T01:00:00Z")
+    assert ending is not None
+    archive, record = ending
+    task.apply(outcome, at=record.updated_at)
+    assert task.ended() and task.final_record() == record and task.archive() == archive
+    assert record.status["timestamp"] == "2026-12-03T01:00:00Z" and record.messages == 2
+
+    asked = new_task(record_in_turn=True)
+    request, taken, _ = asked.begin_turn()
+    assert turn_end(request, TurnOutcome(kind="ask", message=({"text": "?"},)), "t") is None
+    asked.apply(TurnOutcome(kind="ask", message=({"text": "?"},)))
+    asked.end_turn(taken)
+    asked.checkpoint()  # the task rests: the index learns the run so far
+    asked.accept(inbound("m1", wait=True))
+    assert asked.begin_turn()[0].record_at == ""
+    quiet = new_task(record_in_turn=True, first=inbound("m0", wait=False))
+    assert quiet.begin_turn()[0].record_at == ""
+    assert new_task().begin_turn()[0].record_at == ""  # a run started before the rule
+
+
 # -- any sequence -------------------------------------------------------------------------------------
 
 _KINDS = ["complete", "ask", "auth", "reject", "fail", "reply", "delegate", "declined"]
@@ -180,17 +208,20 @@ class Driver:
     """What ``TaskWorkflow`` does with the state, without Temporal; remembers what went where."""
 
     def __init__(self) -> None:
-        self.task = new_task(run_messages=3, idle_seconds=60)
+        self.task = new_task(run_messages=3, idle_seconds=60, record_in_turn=True)
         self.archived_messages: list[dict[str, Any]] = []
         self.archived_events: list[TaskEvent] = []
         self.accepted: set[str] = {"m0"}
         self.states: list[str] = []
         self.serial = 0
         self.relays: list[int] = []  # remote messages relayed during the next delegation
+        self.stored_ends = 0  # turns that stored their task's end
+        self.skipped_stores = 0  # of those, the ends the workflow would not store again
 
     def send(self, n: int, who: str | None) -> None:
         self.serial += 1
-        message = inbound(f"s{n}", text=f"text-{n}", who=who)
+        # Some senders wait for the answer: a turn that takes only theirs is local.
+        message = inbound(f"s{n}", text=f"text-{n}", who=who, wait=n % 2 == 0)
         try:
             self.task.check(message)
         except TaskRefused:
@@ -202,7 +233,7 @@ class Driver:
         task = self.task
         if not task.mailbox or task.closed:
             return
-        _, taken, _ = task.begin_turn()
+        request, taken, _ = task.begin_turn()
         for extra in range(arrivals):
             self.send(100 + self.serial * 10 + extra, "alice")
         if kind == "delegate":
@@ -214,7 +245,12 @@ class Driver:
             self.accepted.add(f"t1:answer-of:{task.turns}:1")
         before = task.before_turn
         gated = ("gate",) if kind == "declined" else ()
-        task.apply(TurnOutcome(kind=kind, message=({"text": f"answer {kind}"},), declined=gated))  # type: ignore[arg-type]
+        outcome = TurnOutcome(kind=kind, message=({"text": f"answer {kind}"},), declined=gated)  # type: ignore[arg-type]
+        # A turn given the whole run stores the task's end itself, as of its own time.
+        ending = turn_end(request, outcome, "2026-12-03T01:00:00Z") if request.record_at else None
+        task.apply(outcome, at="2026-12-03T01:00:00Z" if ending is not None else None)
+        if ending is not None:
+            self.check_turn_end(*ending, reached=arrivals > 0)
         task.end_turn(taken)
         if kind == "declined":  # a declined turn leaves the task as it was, and says so
             assert task.state == before
@@ -222,6 +258,22 @@ class Driver:
             assert task.settled() or task.busy()
         if task.ended():
             task.close()
+
+    def check_turn_end(self, archive: Any, record: Any, *, reached: bool) -> None:
+        """The end a turn stored is the task's own, unless something reached the task during
+        the turn; and where the two records agree (the workflow then stores nothing), so do the
+        archives, to the message."""
+        task = self.task
+        self.stored_ends += 1
+        if not reached:
+            assert task.ended()
+        if not task.ended() or task.final_record() != record:
+            return  # the workflow takes the task back, or stores its own end
+        self.skipped_stores += 1
+        mine = task.archive()
+        assert attrs.evolve(archive, senders=()) == attrs.evolve(mine, senders=())
+        ids = {str(m["messageId"]) for m in mine.messages}
+        assert dict(archive.senders) == {k: v for k, v in mine.senders if k in ids}
 
     def cancel(self) -> None:
         self.task.cancel()
@@ -272,11 +324,16 @@ class Driver:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_steps)
-@example([("send", 1, "alice"), ("relay", [1, 0, 1], 0), ("turn", "delegate", 0)])
-def test_any_sequence_keeps_the_invariants(steps: list[tuple[str, Any, Any]]) -> None:
+@given(st.tuples(st.sampled_from(_KINDS), st.integers(0, 2)), _steps)
+@example(("ask", 0), [("send", 1, "alice"), ("relay", [1, 0, 1], 0), ("turn", "delegate", 0)])
+@example(("complete", 0), [])  # the first turn stores the task's end
+@example(("ask", 1), [("continue", 0, 0), ("send", 2, "bob"), ("turn", "fail", 1)])
+def test_any_sequence_keeps_the_invariants(
+    first: tuple[str, int], steps: list[tuple[str, Any, Any]]
+) -> None:
     driver = Driver()
-    driver.turn("ask", 0)
+    driver.turn(*first)
+    driver.check_invariants()
     for op, a, b in steps:
         if op == "send":
             driver.send(a, b)
