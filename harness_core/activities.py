@@ -63,7 +63,7 @@ from harness_core.temporal.names import (
     STORE_RECORD,
     TOOL_CALL,
 )
-from harness_core.turn_history import HISTORY_WINDOW, TurnHistory
+from harness_core.turn_history import HISTORY_WINDOW, LateStart, TurnHistory
 
 __all__ = ["HISTORY_WINDOW", "RECORD_WITHIN", "WORKER_GRACE", "AgentActivities", "LlmLoop"]
 
@@ -77,6 +77,8 @@ RECORD_WITHIN = 2.0
 # worker that dies mid-turn is noticed in seconds and the turn retried elsewhere; a cancel of the task
 # reaches the turn with the heartbeat's answer, or from the index, which is looked at as often.
 _WATCH_EVERY = 0.5
+# A turn that defers writing its start (``LateStart``) writes it once it has run this long.
+_FIRST_LOOK = 0.05
 #: How long a stopping worker lets running activities (turns, model requests, tool calls) finish
 #: before it stops them; they are run again, uncounted, when a worker polls the queue again.
 WORKER_GRACE = 1.0
@@ -187,19 +189,44 @@ class AgentActivities(TurnHistory):
         agent = self.agent
         if agent is None:
             raise ApplicationError("this agent runs an LLM loop, not turns", non_retryable=True)
-        history = await self._history(request)
-        declined = await self._gate(request, history)
-        if declined:
-            return TurnOutcome(kind="declined", declined=declined)
-        ctx = self._context(request, history)
+        late = LateStart(self, request) if LateStart.applies(request) else None
+        if late is None:
+            history = await self._history(request)
+        else:
+            history = tuple(message_from_json(m, s) for m, s in self._inline(request))
+        try:
+            declined = await self._gate(request, history)
+            if declined:
+                outcome = TurnOutcome(kind="declined", declined=declined)
+            else:
+                outcome = await self._run_agent(agent, request, history, late)
+        except Exception:
+            if late is not None:
+                await late.write()  # the turn did start, whatever the workflow does next
+            raise
+        outcome = await self._record_end(request, outcome)
+        if late is not None and outcome.recorded is None:
+            await late.write()
+        return outcome
+
+    async def _run_agent(
+        self,
+        agent: Agent,
+        request: TurnRequest,
+        history: tuple[TurnMessage, ...],
+        late: LateStart | None,
+    ) -> TurnOutcome:
+        before_progress = late.write if late is not None else None
+        ctx = self._context(request, history, before_progress)
         began = time.monotonic()
         try:
-            result = await self._guarded(request.task_id, lambda: agent.turn(ctx))
-            outcome = _redacted(outcome_of(result, ctx))
+            result = await self._guarded(
+                request.task_id, lambda: agent.turn(ctx), first_look=before_progress
+            )
+            return _redacted(outcome_of(result, ctx))
         finally:
             self._paced(began)
             self.live.end(self.agent_id, request.task_id)
-        return await self._record_end(request, outcome)
 
     async def _record_end(self, request: TurnRequest, outcome: TurnOutcome) -> TurnOutcome:
         """A turn that ends its task stores the task's end (archive and final record) itself,
@@ -372,11 +399,19 @@ class AgentActivities(TurnHistory):
         self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
         self.sweep()
 
-    async def _guarded(self, task_id: str, work: Callable[[], Awaitable[T]]) -> T:
+    async def _guarded(
+        self,
+        task_id: str,
+        work: Callable[[], Awaitable[T]],
+        *,
+        first_look: Callable[[], Awaitable[None]] | None = None,
+    ) -> T:
         """Run an agent's work, heartbeating when it is a regular activity, and watching the index
         for a client's cancel (``TaskCanceled``: it may reach this worker long before the
         workflow's signal, which waits for a local activity's workflow task). A worker stop
-        (``WorkerStopped``, retried freely) is told from the agent's own failure."""
+        (``WorkerStopped``, retried freely) is told from the agent's own failure. ``first_look``
+        runs before the first look at the index, which is then taken after ``_FIRST_LOOK`` (a
+        ``LateStart``'s write)."""
         local = activity.info().is_local
         canceled = stopped = False
         result: list[T] = []
@@ -398,11 +433,14 @@ class AgentActivities(TurnHistory):
                     tg.start_soon(hand_back)
 
                 async def watch() -> None:
-                    nonlocal canceled
+                    nonlocal canceled, first_look
                     while True:
                         if not local:
                             activity.heartbeat()
-                        await anyio.sleep(_WATCH_EVERY)
+                        await anyio.sleep(_WATCH_EVERY if first_look is None else _FIRST_LOOK)
+                        if first_look is not None:
+                            await first_look()
+                            first_look = None
                         if await anyio.to_thread.run_sync(self.store.cancel_requested, task_id):
                             canceled = True
                             tg.cancel_scope.cancel()

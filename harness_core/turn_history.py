@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
@@ -73,27 +73,38 @@ class TurnHistory:
         inline = self._inline(request)
         if _inline_only(request, since):
             return inline
-        entry = request.index
+        self.write_turn_start(request)
         store = self.store
-        try:
-            if entry is not None:
-                archive = attrs.evolve(
-                    entry.archive,
-                    first_message=start,
-                    messages=request.messages,
-                    senders=request.senders,
-                )
-                store.checkpoint(attrs.evolve(entry, archive=archive))
-            elif request.persist:
-                store.put_messages(request.task_id, start, request.messages, request.senders)
-        except STORE_BUSY_ERRORS as error:
-            log.warning("task %s: the store refused its messages: %s", request.task_id, error)
         first = max(0, end - HISTORY_WINDOW) if since is None else min(since, end)
         earlier = store.messages_with_senders(request.task_id, first, start)
         return [*earlier, *inline[max(0, first - start) :]]
 
+    def write_turn_start(self, request: TurnRequest) -> None:
+        """The listing index learns that the turn started: the request's messages and the task's
+        new events, with its state (blocking; at their positions, so a retry changes nothing).
+        A store that takes no writes does not stop the turn."""
+        entry = request.index
+        try:
+            if entry is not None:
+                archive = attrs.evolve(
+                    entry.archive,
+                    first_message=request.archived,
+                    messages=request.messages,
+                    senders=request.senders,
+                )
+                self.store.checkpoint(attrs.evolve(entry, archive=archive))
+            elif request.persist:
+                self.store.put_messages(
+                    request.task_id, request.archived, request.messages, request.senders
+                )
+        except STORE_BUSY_ERRORS as error:
+            log.warning("task %s: the store refused its messages: %s", request.task_id, error)
+
     def _context(
-        self, request: TurnRequest, history: tuple[TurnMessage, ...]
+        self,
+        request: TurnRequest,
+        history: tuple[TurnMessage, ...],
+        before_progress: Callable[[], Awaitable[None]] | None = None,
     ) -> ActivityTurnContext:
         return ActivityTurnContext(
             task_id=request.task_id,
@@ -104,7 +115,7 @@ class TurnHistory:
             publish=partial(self.live.publish, self.agent_id, request.task_id),
             agents=dict(self.delegates()),
             earlier=partial(self._context_history, request, history),
-            on_progress=partial(self._note_progress, request.task_id),
+            on_progress=partial(self._note_progress, request.task_id, before_progress),
         )
 
     async def _transcript(self, request: TurnRequest) -> Transcript:
@@ -142,7 +153,14 @@ class TurnHistory:
         )
         return Transcript(rows, summary=fold[2] if fold else None, foldable=foldable)
 
-    async def _note_progress(self, task_id: str, status: ProtoJSON) -> None:
+    async def _note_progress(
+        self,
+        task_id: str,
+        before: Callable[[], Awaitable[None]] | None,
+        status: ProtoJSON,
+    ) -> None:
+        if before is not None:
+            await before()  # the index has the turn's start first (``LateStart``)
         try:
             await anyio.to_thread.run_sync(self.store.note_progress, task_id, status)
         except STORE_BUSY_ERRORS as error:
@@ -172,3 +190,26 @@ class TurnHistory:
 def _inline_only(request: TurnRequest, since: int | None) -> bool:
     """The request holds the turn's whole history, and has nothing to write: no store call."""
     return request.archived == 0 and request.index is None and not request.persist and not since
+
+
+class LateStart:
+    """The start of a task's first turn given the whole run (``TurnRequest.record_at``), written
+    to the listing index only when the turn lasts (50 ms: its first look for a cancel), reports
+    progress, or ends without storing the task's end: until then readers see the task as its
+    sender listed it (SUBMITTED), and a quick turn that ends the task writes everything at once,
+    one store write instead of two on the way to the sender's answer."""
+
+    def __init__(self, history: TurnHistory, request: TurnRequest) -> None:
+        self._history = history
+        self._request = request
+        self.written = False
+
+    @staticmethod
+    def applies(request: TurnRequest) -> bool:
+        """Whether ``request`` may defer its start: it holds the task's whole history."""
+        return bool(request.record_at) and request.archived == 0 and request.index is not None
+
+    async def write(self) -> None:
+        if not self.written:
+            self.written = True
+            await anyio.to_thread.run_sync(self._history.write_turn_start, self._request)

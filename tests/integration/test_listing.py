@@ -35,7 +35,8 @@ pytestmark = pytest.mark.anyio
 async def test_reads_answer_while_a_blocking_turn_holds_its_workflow_task(make_harness):
     """Given a blocking send whose turn (a local activity: it holds the workflow task) waits on a
     gate that opens only after the reads, when another caller lists, gets and subscribes, then
-    each answers with the task WORKING; had any waited for the turn, the test would hang."""
+    each answers with the task WORKING (SUBMITTED, as its sender listed it, for the turn's first
+    50 ms); had any waited for the turn, the test would hang."""
     gate = Gate()
     harness = make_harness(ScriptedModel(["at last"], gate=gate))
     answers: list[Task] = []
@@ -52,10 +53,15 @@ async def test_reads_answer_while_a_blocking_turn_holds_its_workflow_task(make_h
         tg.start_soon(send)
         with anyio.fail_after(30):
             await gate.wait_entered()
-            listed = await reader.list_tasks(ListTasksRequest())
-            assert listed.total_size == 1
-            [task] = listed.tasks
-            assert task.status.state == TaskState.TASK_STATE_WORKING
+            while True:
+                listed = await reader.list_tasks(ListTasksRequest())
+                assert listed.total_size == 1
+                [task] = listed.tasks
+                if task.status.state == TaskState.TASK_STATE_WORKING:
+                    break
+                # Listed by its sender; a quick first turn writes its start after 50 ms.
+                assert task.status.state == TaskState.TASK_STATE_SUBMITTED
+                await anyio.sleep(0.02)
             got = await reader.get_task(GetTaskRequest(id=task.id))
             assert got.status.state == TaskState.TASK_STATE_WORKING
             assert [m.parts[0].text for m in got.history] == ["think hard"]

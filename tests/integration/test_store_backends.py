@@ -30,7 +30,7 @@ from harness_core.store import TaskStore
 from harness_core.store.connection import PostgresLocation
 from harness_core.store.schema import VERSION
 from tests.conftest import a2a_client, serving, unique_id, user_message
-from tests.integration.test_a2a_methods import send_blocking
+from tests.integration.test_a2a_methods import send_blocking, wait_for_state
 
 
 def ended(
@@ -348,6 +348,9 @@ async def test_an_agent_on_a_postgresql_store_answers_lists_cancels_and_restarts
         tg.start_soon(send)
         with anyio.fail_after(30):
             await gate.wait_entered()
+            [listed] = (await client.list_tasks(ListTasksRequest())).tasks
+            # SUBMITTED as its sender listed it, WORKING once the turn wrote its start (50 ms).
+            await wait_for_state(client, listed.id, TaskState.TASK_STATE_WORKING)
             [running] = (await client.list_tasks(ListTasksRequest())).tasks
             seen.append(running)
             assert running.status.state == TaskState.TASK_STATE_WORKING
