@@ -67,6 +67,7 @@ from harness_asgi.a2a_errors import (
     sender_of,
 )
 from harness_asgi.identity import identity_of
+from harness_asgi.protos import message_proto, task_proto
 from harness_asgi.streams import (
     SEQ_KEY,
     Shown,
@@ -98,7 +99,7 @@ def _task_proto(view: TaskView) -> Task:
             **cast("dict[str, Any]", status["metadata"]),
         }
         task = {**task, "status": plain, "metadata": metadata}
-    return ParseDict(task, Task(), ignore_unknown_fields=True)
+    return task_proto(task)
 
 
 class HarnessRequestHandler(RequestHandler):
@@ -151,7 +152,7 @@ class HarnessRequestHandler(RequestHandler):
             )
             if delivery.reply is not None:
                 # The agent answered with a direct Message: the client gets no task.
-                return ParseDict(delivery.reply, Message(), ignore_unknown_fields=True)
+                return message_proto(delivery.reply)
             task = _task_proto(delivery.view)
             return apply_history_length(task, params.configuration)
 
