@@ -1,8 +1,8 @@
 """A2A protos built from the ProtoJSON the core keeps, faster than ``json_format.ParseDict``.
 
 Every answer to a send or a read turns a stored task (ProtoJSON) into an a2a-sdk ``Task``.
-``ParseDict`` walks descriptors in pure Python and was a tenth of the HTTP face's time on a
-blocking send (``bench/README.md``). The builders here construct the messages directly for the
+``ParseDict`` walks descriptors in pure Python: 69 µs for a task of two text messages, against
+20 µs here, and the gap grows with the history a read returns. The builders here construct the messages directly for the
 shapes the core writes (camelCase keys, enum names, RFC 3339 timestamps, base64 bytes); anything
 else (an unknown key, a value of another type, an enum number) makes them give up, and the object
 is parsed by ``ParseDict`` as before, so the result is always ``ParseDict``'s
