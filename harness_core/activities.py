@@ -193,7 +193,7 @@ class AgentActivities(TurnHistory):
         if late is None:
             history = await self._history(request)
         else:
-            history = tuple(message_from_json(m, s) for m, s in self._inline(request))
+            history = tuple(message_from_json(m, s) for m, s in late.rows())
         try:
             declined = await self._gate(request, history)
             if declined:

@@ -202,14 +202,26 @@ class LateStart:
     def __init__(self, history: TurnHistory, request: TurnRequest) -> None:
         self._history = history
         self._request = request
-        self.written = False
+        self._begun = False
+        self._written = anyio.Event()
 
     @staticmethod
     def applies(request: TurnRequest) -> bool:
         """Whether ``request`` may defer its start: it holds the task's whole history."""
         return bool(request.record_at) and request.archived == 0 and request.index is not None
 
+    def rows(self) -> list[tuple[Any, str | None]]:
+        """The turn's messages, from the request alone (the latest ``HISTORY_WINDOW``)."""
+        rows = self._history._inline(self._request)  # pyright: ignore[reportPrivateUsage]
+        return rows[max(0, len(rows) - HISTORY_WINDOW) :]
+
     async def write(self) -> None:
-        if not self.written:
-            self.written = True
+        """Write the start, once; a second caller returns when the first one's write is done."""
+        if self._begun:
+            await self._written.wait()
+            return
+        self._begun = True
+        try:
             await anyio.to_thread.run_sync(self._history.write_turn_start, self._request)
+        finally:
+            self._written.set()
