@@ -171,16 +171,21 @@ class AgentActivities(TurnHistory):
             raise ApplicationError(message, type="WrongAgent", non_retryable=True)
 
     async def _gate(
-        self, request: TurnRequest, history: tuple[TurnMessage, ...]
+        self,
+        request: TurnRequest,
+        history: tuple[TurnMessage, ...],
+        late: LateStart | None = None,
     ) -> tuple[str, ...]:
         """The plugins whose turn gates decline this turn (none: take it). Guarded like the
-        turn: a slow gate heartbeats, and a client's cancel is heard."""
+        turn: a slow gate heartbeats, and a client's cancel is heard (and a late start
+        written)."""
         plugins = self.plugins
         if plugins is None or not plugins.gated:
             return ()
         return await self._guarded(
             request.task_id,
             lambda: plugins.gate(history, task_id=request.task_id, context_id=request.context_id),
+            first_look=late.write if late is not None else None,
         )
 
     @activity.defn(name=RUN_TURN)
@@ -195,7 +200,7 @@ class AgentActivities(TurnHistory):
         else:
             history = tuple(message_from_json(m, s) for m, s in late.rows())
         try:
-            declined = await self._gate(request, history)
+            declined = await self._gate(request, history, late)
             if declined:
                 outcome = TurnOutcome(kind="declined", declined=declined)
             else:
