@@ -299,30 +299,9 @@ class TaskStore(TaskStoreReads, PushConfigStore, AgentMemoryStore):
         with self._write() as db:
             self._write_archive(db, entry.archive, replace=not partial)
             if entry.reopen:
-                self._reopen(db, entry)
+                _reopen(db, entry)
             else:
                 self._index_entry(db, entry)
-
-    @staticmethod
-    def _reopen(db: Session, entry: IndexEntry) -> None:
-        """A task whose turn stored an end it did not reach (``IndexEntry.reopen``): the index
-        takes its state as it is, whatever it had, and the record goes."""
-        archive = entry.archive
-        db.execute(
-            "UPDATE task_index SET state = ?, status = ?, status_at = ?, seq = ?, messages = ?, "
-            "closed = 0, busy = ?, written_at = ? WHERE task_id = ?",
-            (
-                str(entry.status.get("state", "")),
-                dumps(entry.status),
-                status_micros(entry.status),
-                entry.last_seq,
-                max(entry.messages, 0),
-                int(entry.busy),
-                now_micros(),
-                archive.task_id,
-            ),
-        )
-        db.execute("DELETE FROM tasks WHERE task_id = ?", (archive.task_id,))
 
     def forget_unstarted(self, task_id: str) -> None:
         """Drop a task the index learned of before its workflow started, if nothing since has
@@ -447,3 +426,24 @@ _REPLACE_MESSAGE = (
 def quote_identifier(name: str) -> str:
     """A PostgreSQL identifier, quoted (a schema named after an agent id may hold ``-``)."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def _reopen(db: Session, entry: IndexEntry) -> None:
+    """A task whose turn stored an end it did not reach (``IndexEntry.reopen``): the index
+    takes its state as it is, whatever it had, and the record goes."""
+    archive = entry.archive
+    db.execute(
+        "UPDATE task_index SET state = ?, status = ?, status_at = ?, seq = ?, messages = ?, "
+        "closed = 0, busy = ?, written_at = ? WHERE task_id = ?",
+        (
+            str(entry.status.get("state", "")),
+            dumps(entry.status),
+            status_micros(entry.status),
+            entry.last_seq,
+            max(entry.messages, 0),
+            int(entry.busy),
+            now_micros(),
+            archive.task_id,
+        ),
+    )
+    db.execute("DELETE FROM tasks WHERE task_id = ?", (archive.task_id,))

@@ -18,7 +18,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from harness_core.payloads import (
     CompactRequest,
-    DelegationResult,
     ModelStep,
     ProtoJSON,
     TaskStart,
@@ -36,6 +35,7 @@ from harness_core.tasks.attempts import (
     failure_type,
     not_counted,
 )
+from harness_core.tasks.delegating import Delegating
 from harness_core.tasks.state import TaskState, answer_parts, text_message
 from harness_core.temporal.names import COMPACT, MODEL_STEP, TOOL_CALL
 
@@ -57,16 +57,11 @@ def turn_failed(error: BaseException) -> TurnOutcome:
     return TurnOutcome(kind="fail", message=text_message(text))
 
 
-class LlmTurn:
-    """The LLM loop of a task's workflow."""
+class LlmTurn(Delegating):
+    """The LLM loop of a task's workflow (its ``ask_<agent>`` tools delegate: ``Delegating``)."""
 
     _task: TaskState
     _attempts: Attempts
-
-    async def _answers(
-        self, start: TaskStart, sends: list[tuple[str, str, ProtoJSON]], *, ask_first: bool
-    ) -> list[DelegationResult | None] | None:
-        raise NotImplementedError
 
     async def _llm_turn(
         self, start: TaskStart, request: TurnRequest, local: bool

@@ -11,9 +11,7 @@ answers, in one place, and follows a task's event log for streams. ``TaskService
 
 from __future__ import annotations
 
-import base64
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -27,7 +25,6 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from harness_core.errors import (
-    InvalidRequestValueError,
     TaskNotFoundError,
 )
 from harness_core.payloads import (
@@ -42,6 +39,7 @@ from harness_core.payloads import (
 )
 from harness_core.pool import TemporalConnection
 from harness_core.store import IndexRow, TaskStore
+from harness_core.tasks.listing import TaskListing
 from harness_core.tasks.pace import TurnPace
 from harness_core.tasks.workflow import TaskWorkflow
 from harness_core.temporal.names import TASK_WORKFLOW
@@ -65,9 +63,6 @@ FOLLOW_MAX_DELAY = 0.5
 # After a turn of the task ended in this process (its outcome is durable within milliseconds),
 # or its store entry was written here: a stream reads the task again this soon.
 AFTER_TURN_DELAY = 0.004
-# How long a task the index learned of before its workflow started may go unconfirmed (nothing
-# written over it) before a read checks that its workflow exists.
-_UNCONFIRMED_SECONDS = 30.0
 # The longest single wait before a query refused as busy is tried again.
 _QUERY_PATIENCE = 3.0
 # Task ids known to run on this agent's queue (ownership never changes).
@@ -104,7 +99,7 @@ def fold_artifacts(events: list[TaskEvent] | tuple[TaskEvent, ...]) -> list[Prot
     return list(artifacts.values())
 
 
-class TaskReads:
+class TaskReads(TaskListing):
     """Reading one agent's tasks (the base of ``TaskService``, which adds the writes).
     Cancellation of a caller cancels its Temporal call.
 
@@ -441,104 +436,3 @@ class TaskReads:
                 return page
             await anyio.sleep(delay)
             delay = min(delay * 1.5, FOLLOW_MAX_DELAY)
-
-    async def list(
-        self,
-        *,
-        participant: str | None,
-        context_id: str = "",
-        state: str = "",
-        status_after: int | None = None,
-        page_size: int = 50,
-        page_token: str = "",
-        history: int | None = None,
-        artifacts: bool = True,
-    ) -> tuple[list[TaskView], str, int]:
-        """The tasks ``participant`` may see, latest status first, from the listing index: never
-        waiting for a workflow, and never reading more than the page.
-
-        ``status_after`` (microseconds since the epoch) keeps tasks whose status changed at or
-        after it; ``history`` limits each task's messages to the latest ones (None: all); without
-        ``artifacts`` none are read. Returns the page, the next page's token ('' at the end) and
-        the number of matching tasks. Tokens are keyset cursors: a task appears at most once in
-        one walk through the pages, however tasks change meanwhile (one whose status changes
-        moves to the front, where the next walk finds it).
-        """
-        cursor = _decode_token(page_token)
-
-        rows, total = await anyio.to_thread.run_sync(
-            lambda: self._store.list_index(
-                participant=participant,
-                context_id=context_id,
-                state=state,
-                status_after=status_after,
-                limit=page_size + 1,
-                cursor=cursor,
-            )
-        )
-        more = len(rows) > page_size
-        page = rows[:page_size]
-        shown = [row for row in page if await self._confirmed(row)]
-        total -= len(page) - len(shown)
-
-        def read() -> list[TaskView]:
-            return [
-                self._row_view(row, self._row_task(row, history=history, artifacts=artifacts))
-                for row in shown
-            ]
-
-        views = await anyio.to_thread.run_sync(read)
-        if not more:
-            return views, "", total
-        last = page[-1]
-        return views, _encode_token(last.status_at, last.task_id), total
-
-    async def running_count(self) -> int:
-        """How many of this agent's task workflows run (Temporal's visibility, a moment behind)."""
-        query = (
-            f"WorkflowType = {_quote(TASK_WORKFLOW)} AND TaskQueue = {_quote(self.queue)} "
-            "AND ExecutionStatus = 'Running'"
-        )
-
-        async def count(client: Client) -> int:
-            return (await client.count_workflows(query)).count
-
-        return await self._call(count)
-
-    async def _confirmed(self, row: IndexRow) -> bool:
-        """False for a task the index learned of before its workflow started, whose workflow
-        never did (its process died in between): the row is taken out. Checked only for rows
-        nothing has written over for ``_UNCONFIRMED_SECONDS``."""
-        if not row.unconfirmed or time.time() * 1e6 - row.written_at < _UNCONFIRMED_SECONDS * 1e6:
-            return True
-        if await self._owner(row.task_id) is not None:
-            return True
-        log.info("task %s never started (its process stopped first): forgotten", row.task_id)
-        await anyio.to_thread.run_sync(self._store.forget_unstarted, row.task_id)
-        return False
-
-    async def last_heartbeat(self) -> str | None:
-        """When the agent's heartbeat last ran (ISO 8601), or None before the first one."""
-        return await anyio.to_thread.run_sync(self._store.get_meta, "last_heartbeat")
-
-
-def _quote(value: str) -> str:
-    """A string literal for a Temporal visibility query (values from configuration only)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _encode_token(status_at: int, task_id: str) -> str:
-    return base64.urlsafe_b64encode(f"k1:{status_at}:{task_id}".encode()).decode()
-
-
-def _decode_token(token: str) -> tuple[int, str] | None:
-    if not token:
-        return None
-    try:
-        text = base64.urlsafe_b64decode(token.encode()).decode()
-        tag, status_at, task_id = text.split(":", 2)
-        if tag == "k1" and status_at.isdigit() and task_id and len(text) < 256:
-            return int(status_at), task_id
-    except (ValueError, UnicodeDecodeError):
-        pass
-    raise InvalidRequestValueError("pageToken is not a token this server returned")

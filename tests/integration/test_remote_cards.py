@@ -9,7 +9,7 @@ import logging
 import anyio
 import pytest
 
-from harness_core import harness as harness_module
+from harness_core.delegation import directory
 from tests.conftest import free_port, serving
 
 pytestmark = pytest.mark.anyio
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 async def test_a_card_that_cannot_be_fetched_is_one_warning_after_the_grace(
     make_harness, caplog, monkeypatch
 ):
-    monkeypatch.setattr(harness_module, "REMOTE_GRACE", 1.0)
+    monkeypatch.setattr(directory, "REMOTE_GRACE", 1.0)
     caplog.set_level(logging.DEBUG, logger="harness")
     closed = f"http://127.0.0.1:{free_port()}/agents/far"  # nothing listens there
     harness = make_harness(agents=[{"id": "far", "url": closed}])
