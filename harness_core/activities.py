@@ -50,6 +50,7 @@ from harness_core.secrets import SECRETS
 from harness_core.store import TaskStore
 from harness_core.store.connection import STORE_ERRORS
 from harness_core.tasks.pace import TurnPace
+from harness_core.tasks.reconcile import reconcile
 from harness_core.tasks.state import turn_end
 from harness_core.temporal.codec import PayloadStore
 from harness_core.temporal.names import (
@@ -380,10 +381,17 @@ class AgentActivities(TurnHistory, GuardedWork):
         self.live.stored(self.agent_id, record.task_id)
 
     @activity.defn(name=HEARTBEAT)
-    def heartbeat(self, agent_id: str) -> None:
+    async def heartbeat(self, agent_id: str) -> None:
+        """The agent is served: noted, then the retention sweep, then the tasks whose workflow
+        ended without the store learning of it (``harness_core.tasks.reconcile``)."""
         self._check_agent(agent_id, "the heartbeat")
-        self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
-        self.sweep()
+
+        def note_and_sweep() -> None:
+            self.store.set_meta("last_heartbeat", datetime.now(UTC).isoformat())
+            self.sweep()
+
+        await anyio.to_thread.run_sync(note_and_sweep)
+        await reconcile(self.store, activity.client(), self.agent_id)
 
     def all(self) -> list[Callable[..., Any]]:
         return [

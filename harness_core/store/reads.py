@@ -103,6 +103,19 @@ class TaskStoreReads(StoreConnection):
             ).fetchall()
         return index_row_from(row, tuple(str(p[0]) for p in people))
 
+    def moving_rows(self, agent_id: str, written_before: int, limit: int) -> list[IndexRow]:
+        """The agent's tasks the index shows in motion (SUBMITTED or WORKING, not ended) that no
+        write has touched since ``written_before`` (microseconds since the epoch), oldest first:
+        the ones whose workflow may have ended without the store learning of it."""
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT {ROW_COLUMNS} FROM task_index WHERE agent_id = ? AND closed = 0 "
+                "AND state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING') AND written_at < ? "
+                "ORDER BY written_at LIMIT ?",
+                (agent_id, written_before, limit),
+            ).fetchall()
+        return [index_row_from(row, ()) for row in rows]
+
     def list_index(
         self,
         *,

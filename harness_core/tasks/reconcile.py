@@ -1,0 +1,134 @@
+"""The listing index made right about tasks whose workflow ended without the store learning of it.
+
+A task's end reaches the agent's store from its workflow: the turn that ended it, or the
+``store_record`` local activity. A workflow that ended otherwise (terminated by an operator, timed
+out, failed in a way no activity reported) or whose final write the store refused (its record then
+lives in the workflow's result, ``TaskRecord.unstored``) leaves the index showing the task in
+motion for good. The agent's heartbeat runs ``reconcile``: each task the index shows SUBMITTED or
+WORKING, untouched for ``RECONCILE_AFTER`` seconds, is looked up in Temporal. A completed workflow's
+record (and the run it kept, when the store refused it) is stored from its result; a workflow that
+ended without one is stored as FAILED, saying how it ended. A running workflow, or one Temporal does
+not know (its start never happened: ``TaskReads`` forgets those), is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import attrs
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from harness_core.payloads import Archive, ProtoJSON, TaskEvent, TaskRecord
+from harness_core.store import IndexRow, TaskStore
+from harness_core.temporal.names import TASK_WORKFLOW
+
+__all__ = ["RECONCILE_AFTER", "RECONCILE_BATCH", "reconcile"]
+
+log = logging.getLogger("harness.tasks")
+
+#: Seconds a task in motion goes with no write to the index before its workflow is looked up.
+RECONCILE_AFTER = 60.0
+#: The most tasks one heartbeat looks up.
+RECONCILE_BATCH = 50
+
+_ENDED_HOW = {
+    WorkflowExecutionStatus.FAILED: "it failed",
+    WorkflowExecutionStatus.CANCELED: "it was canceled",
+    WorkflowExecutionStatus.TERMINATED: "it was terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "it timed out",
+}
+
+
+async def reconcile(store: TaskStore, client: Client, agent_id: str) -> int:
+    """Store the end of each of the agent's tasks whose workflow ended without the store
+    learning of it; returns how many."""
+    before = int((time.time() - RECONCILE_AFTER) * 1_000_000)
+    rows = await anyio.to_thread.run_sync(store.moving_rows, agent_id, before, RECONCILE_BATCH)
+    fixed = 0
+    for row in rows:
+        try:
+            fixed += await _reconcile_one(store, client, row)
+        except RPCError as error:
+            log.warning("task %s: its workflow could not be looked up: %s", row.task_id, error)
+    return fixed
+
+
+async def _reconcile_one(store: TaskStore, client: Client, row: IndexRow) -> int:
+    handle = client.get_workflow_handle(row.task_id, result_type=TaskRecord)
+    try:
+        described = await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return 0
+        raise
+    if described.workflow_type != TASK_WORKFLOW or described.status in (
+        None,
+        WorkflowExecutionStatus.RUNNING,
+        WorkflowExecutionStatus.CONTINUED_AS_NEW,
+    ):
+        return 0
+    if described.status == WorkflowExecutionStatus.COMPLETED:
+        record = await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=10))
+        archive = record.unstored or Archive(
+            task_id=record.task_id,
+            agent_id=record.agent_id,
+            context_id=record.context_id,
+            first_message=record.messages,
+            messages=(),
+            events=(),
+            participants=record.participants,
+        )
+        await anyio.to_thread.run_sync(
+            store.store_final, archive, attrs.evolve(record, unstored=None)
+        )
+        how = "its final write did not reach the store"
+    else:
+        how = _ENDED_HOW.get(described.status, "it ended")
+        full = await anyio.to_thread.run_sync(store.index_row, row.task_id)
+        archive, record = _failed_end(full or row, how)
+        await anyio.to_thread.run_sync(store.store_final, archive, record)
+    log.warning("task %s: its workflow ended (%s); its end is stored now", row.task_id, how)
+    return 1
+
+
+def _failed_end(row: IndexRow, how: str) -> tuple[Archive, TaskRecord]:
+    """The end of a task whose workflow ended without one: FAILED, saying how."""
+    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    message: ProtoJSON = {
+        "messageId": f"{row.task_id}:final",
+        "role": "ROLE_AGENT",
+        "parts": [{"text": f"the task could not be completed: its workflow ended ({how})"}],
+        "taskId": row.task_id,
+        "contextId": row.context_id,
+    }
+    status: ProtoJSON = {"state": "TASK_STATE_FAILED", "timestamp": stamp, "message": message}
+    event = TaskEvent(
+        seq=row.last_seq + 1,
+        kind="status",
+        body={"taskId": row.task_id, "contextId": row.context_id, "status": status},
+    )
+    archive = Archive(
+        task_id=row.task_id,
+        agent_id=row.agent_id,
+        context_id=row.context_id,
+        first_message=row.messages,
+        messages=(message,),
+        events=(event,),
+        participants=row.participants,
+    )
+    record = TaskRecord(
+        task_id=row.task_id,
+        context_id=row.context_id,
+        agent_id=row.agent_id,
+        state="TASK_STATE_FAILED",
+        status=status,
+        participants=row.participants,
+        updated_at=stamp,
+        messages=row.messages + 1,
+        events=row.last_seq + 1,
+    )
+    return archive, record

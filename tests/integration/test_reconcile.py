@@ -1,0 +1,94 @@
+"""The heartbeat makes the listing index right about tasks whose workflow ended without the store
+learning of it: a terminated workflow's task ends FAILED saying so, and a completed one whose final
+write the store lost is stored again from the workflow's result."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+
+import anyio
+import pytest
+from a2a.types import GetTaskRequest, TaskState
+
+from harness_core import Complete, TurnContext
+from tests.conftest import a2a_client, serving, user_message
+from tests.integration.test_a2a_methods import send_blocking, send_immediately, wait_for_state
+
+pytestmark = pytest.mark.anyio
+
+
+class Stuck:
+    """A turn that waits until the test lets it go (or its activity is called off)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    async def turn(self, ctx: TurnContext) -> Complete:
+        self.entered.set()
+        while not self.release.is_set():
+            await anyio.sleep(0.05)
+        return Complete("done")
+
+
+async def test_a_terminated_workflows_task_ends_failed_saying_so(make_harness, monkeypatch):
+    """Given a task whose workflow an operator terminates mid-turn (the index shows it WORKING),
+    when the agent's heartbeat runs, then the task reads FAILED, saying its workflow was
+    terminated; before the reconciliation it read WORKING for good."""
+    monkeypatch.setattr("harness_core.tasks.reconcile.RECONCILE_AFTER", 0.5)
+    agent = Stuck()
+    harness = make_harness(agent, heartbeat={"interval": "1s"})
+    try:
+        async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+            task = await send_immediately(client, user_message("work"))
+            with anyio.fail_after(30):
+                while not agent.entered.is_set():
+                    await anyio.sleep(0.05)
+            connection = harness.tasks.connection
+
+            async def terminate() -> None:
+                handle = connection.client.get_workflow_handle(task.id)
+                await handle.terminate(reason="an operator's test")
+
+            await connection.bridge.call(terminate)
+            ended = await wait_for_state(client, task.id, TaskState.TASK_STATE_FAILED)
+    finally:
+        agent.release.set()
+    assert "terminated" in ended.status.message.parts[0].text
+    assert ended.history[0].parts[0].text == "work"
+
+
+async def test_a_completed_task_whose_end_the_store_lost_is_stored_from_its_result(
+    make_harness, monkeypatch
+):
+    """Given a completed task whose final write the store lost (its index row back to WORKING,
+    its record gone, as a refused write leaves them), when the heartbeat runs, then the task
+    reads COMPLETED again, whole, from its workflow's result."""
+    monkeypatch.setattr("harness_core.tasks.reconcile.RECONCILE_AFTER", 0.5)
+
+    class Quick:
+        async def turn(self, ctx: TurnContext) -> Complete:
+            return Complete("answered")
+
+    harness = make_harness(Quick(), heartbeat={"interval": "1s"})
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        done = await send_blocking(client, user_message("question"))
+        db = sqlite3.connect(harness.settings.store_path, timeout=10)
+        try:
+            with db:
+                db.execute(
+                    "UPDATE task_index SET closed = 0, state = 'TASK_STATE_WORKING', "
+                    "status = ?, written_at = ? WHERE task_id = ?",
+                    (json.dumps({"state": "TASK_STATE_WORKING"}), time.time_ns() // 1000, done.id),
+                )
+                db.execute("DELETE FROM tasks WHERE task_id = ?", (done.id,))
+        finally:
+            db.close()
+        lost = await client.get_task(GetTaskRequest(id=done.id))
+        again = await wait_for_state(client, done.id, TaskState.TASK_STATE_COMPLETED)
+    assert lost.status.state == TaskState.TASK_STATE_WORKING
+    assert [m.parts[0].text for m in again.history] == ["question", "answered"]
+    assert again.status.message.parts[0].text == "answered"
