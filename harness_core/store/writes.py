@@ -262,18 +262,7 @@ class TaskStore(TaskStoreReads, PushConfigStore, AgentMemoryStore):
             "WHERE task_index.closed = 0 AND (excluded.seq > task_index.seq OR "
             "(excluded.seq = task_index.seq AND (excluded.messages > task_index.messages "
             "OR excluded.busy > task_index.busy)))",
-            (
-                archive.task_id,
-                archive.context_id,
-                archive.agent_id,
-                str(entry.status.get("state", "")),
-                dumps(entry.status),
-                status_micros(entry.status),
-                entry.last_seq,
-                max(entry.messages, 0),
-                int(entry.busy),
-                now_micros(),
-            ),
+            (archive.task_id, archive.context_id, archive.agent_id, *_entry_state(entry)),
         )
 
     def put_messages(
@@ -435,15 +424,20 @@ def _reopen(db: Session, entry: IndexEntry) -> None:
     db.execute(
         "UPDATE task_index SET state = ?, status = ?, status_at = ?, seq = ?, messages = ?, "
         "closed = 0, busy = ?, written_at = ? WHERE task_id = ?",
-        (
-            str(entry.status.get("state", "")),
-            dumps(entry.status),
-            status_micros(entry.status),
-            entry.last_seq,
-            max(entry.messages, 0),
-            int(entry.busy),
-            now_micros(),
-            archive.task_id,
-        ),
+        (*_entry_state(entry), archive.task_id),
     )
     db.execute("DELETE FROM tasks WHERE task_id = ?", (archive.task_id,))
+
+
+def _entry_state(entry: IndexEntry) -> tuple[str, str, int, int, int, int, int]:
+    """An index entry's columns: state, status, status time, seq, messages, busy, written."""
+    status = entry.status
+    return (
+        str(status.get("state", "")),
+        dumps(status),
+        status_micros(status),
+        entry.last_seq,
+        max(entry.messages, 0),
+        int(entry.busy),
+        now_micros(),
+    )
