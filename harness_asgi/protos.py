@@ -22,6 +22,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 __all__ = ["message_proto", "task_proto"]
 
 
+_CONTENT = frozenset({"text", "raw", "url", "data"})
+
+
 class _Other(Exception):
     """A value the builders leave to ``ParseDict``."""
 
@@ -95,6 +98,8 @@ def _part(part: Any) -> Part:
             fields["metadata"] = _struct(value)
         else:
             raise _Other
+    if len(_CONTENT.intersection(fields)) > 1:
+        raise _Other  # a oneof set twice: the parser refuses it
     return Part(**fields)
 
 

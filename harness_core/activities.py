@@ -70,8 +70,9 @@ __all__ = ["HISTORY_WINDOW", "RECORD_WITHIN", "WORKER_GRACE", "AgentActivities",
 log = logging.getLogger("harness.worker")
 T = TypeVar("T")
 
-#: A turn stores its task's end itself only this soon (seconds) after its workflow task began: far
-#: from the heartbeat (at 80 % of the workflow task's 10 s timeout) that would let a message in.
+#: A turn stores its task's end itself only this soon (seconds) after its workflow task began, so
+#: that a message rarely gets in meanwhile: a workflow-task heartbeat (at 80 % of its 10 s timeout)
+#: or a retry's backoff would let one in. When one does, the workflow takes the task back.
 RECORD_WITHIN = 2.0
 
 

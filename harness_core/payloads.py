@@ -530,8 +530,8 @@ class IndexEntry:
     messages: int
     #: A turn runs or a message waits for one.
     busy: bool
-    #: The task did not end after all, though a turn stored its final record: the index takes
-    #: this state over the record's (``TurnOutcome.recorded``).
+    #: The task did not end after all, though a turn may have stored its final record
+    #: (``TurnRequest.record_at``): the index takes this state over whatever it has.
     reopen: bool = False
 
 

@@ -222,6 +222,9 @@ class LateStart:
             return
         self._begun = True
         try:
-            await anyio.to_thread.run_sync(self._history.write_turn_start, self._request)
+            # Shielded: a turn that ends while the write waits for its thread (the watcher is
+            # canceled then) must not leave it unwritten, since later callers take it as done.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self._history.write_turn_start, self._request)
         finally:
             self._written.set()

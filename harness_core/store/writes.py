@@ -292,6 +292,15 @@ class TaskStore(TaskStoreReads, PushConfigStore, AgentMemoryStore):
             else:
                 self._index_entry(db, entry)
 
+    def touch_index(self, task_id: str) -> None:
+        """Note that the task's row was looked at (its workflow runs): the reconciliation's next
+        batch takes others first (``harness_core.tasks.reconcile``)."""
+        with self._read() as db:
+            db.execute(
+                "UPDATE task_index SET written_at = ? WHERE task_id = ? AND closed = 0",
+                (now_micros(), task_id),
+            )
+
     def forget_unstarted(self, task_id: str) -> None:
         """Drop a task the index learned of before its workflow started, if nothing since has
         written over it (its start failed)."""
@@ -418,15 +427,21 @@ def quote_identifier(name: str) -> str:
 
 
 def _reopen(db: Session, entry: IndexEntry) -> None:
-    """A task whose turn stored an end it did not reach (``IndexEntry.reopen``): the index
-    takes its state as it is, whatever it had, and the record goes."""
+    """A task whose turn may have stored an end it did not reach (``IndexEntry.reopen``): the
+    index takes its state as it is, whatever it had; the record goes, and so do events past the
+    task's last (the stored end's)."""
     archive = entry.archive
     db.execute(
-        "UPDATE task_index SET state = ?, status = ?, status_at = ?, seq = ?, messages = ?, "
-        "closed = 0, busy = ?, written_at = ? WHERE task_id = ?",
-        (*_entry_state(entry), archive.task_id),
+        "INSERT INTO task_index VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?) "
+        "ON CONFLICT (task_id) DO UPDATE SET state = excluded.state, status = excluded.status, "
+        "status_at = excluded.status_at, seq = excluded.seq, messages = excluded.messages, "
+        "closed = 0, busy = excluded.busy, written_at = excluded.written_at",
+        (archive.task_id, archive.context_id, archive.agent_id, *_entry_state(entry)),
     )
     db.execute("DELETE FROM tasks WHERE task_id = ?", (archive.task_id,))
+    db.execute(
+        "DELETE FROM task_events WHERE task_id = ? AND seq > ?", (archive.task_id, entry.last_seq)
+    )
 
 
 def _entry_state(entry: IndexEntry) -> tuple[str, str, int, int, int, int, int]:

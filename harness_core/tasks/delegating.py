@@ -39,7 +39,7 @@ class Delegating:
 
     _task: TaskState
 
-    async def _checkpoint(self, start: TaskStart, *, reopen: bool = False) -> None:
+    async def _checkpoint(self, start: TaskStart) -> None:
         raise NotImplementedError
 
     async def _delegate(

@@ -7,8 +7,10 @@ lives in the workflow's result, ``TaskRecord.unstored``) leaves the index showin
 motion for good. The agent's heartbeat runs ``reconcile``: each task the index shows SUBMITTED or
 WORKING, untouched for ``RECONCILE_AFTER`` seconds, is looked up in Temporal. A completed workflow's
 record (and the run it kept, when the store refused it) is stored from its result; a workflow that
-ended without one is stored as FAILED, saying how it ended. A running workflow, or one Temporal does
-not know (its start never happened: ``TaskReads`` forgets those), is left alone.
+ended without one is stored as FAILED (CANCELED when canceled through Temporal), saying how it
+ended, and so is one that Temporal no longer knows although it wrote to the index. A running
+workflow is left alone and looked at again after the others; one whose start never happened is
+left to ``TaskReads``, which forgets it.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ RECONCILE_BATCH = 50
 
 _ENDED_HOW = {
     WorkflowExecutionStatus.FAILED: "it failed",
-    WorkflowExecutionStatus.CANCELED: "it was canceled",
+    WorkflowExecutionStatus.CANCELED: "it was canceled through Temporal",
     WorkflowExecutionStatus.TERMINATED: "it was terminated",
     WorkflowExecutionStatus.TIMED_OUT: "it timed out",
 }
+_GONE = "Temporal no longer knows it"
 
 
 async def reconcile(store: TaskStore, client: Client, agent_id: str) -> int:
@@ -61,17 +64,20 @@ async def _reconcile_one(store: TaskStore, client: Client, row: IndexRow) -> int
     handle = client.get_workflow_handle(row.task_id, result_type=TaskRecord)
     try:
         described = await handle.describe()
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
+        status = described.status
+        if described.workflow_type != TASK_WORKFLOW:
             return 0
-        raise
-    if described.workflow_type != TASK_WORKFLOW or described.status in (
-        None,
-        WorkflowExecutionStatus.RUNNING,
-        WorkflowExecutionStatus.CONTINUED_AS_NEW,
-    ):
+    except RPCError as error:
+        # Never started (its row is forgotten when read: ``TaskReads``), or, once its workflow
+        # wrote to the index, removed from Temporal before its end reached the store.
+        if error.status != RPCStatusCode.NOT_FOUND or row.last_seq == 0:
+            raise
+        status = None
+    if status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
+        # Looked at again only after the others: the batch moves on.
+        await anyio.to_thread.run_sync(store.touch_index, row.task_id)
         return 0
-    if described.status == WorkflowExecutionStatus.COMPLETED:
+    if status == WorkflowExecutionStatus.COMPLETED:
         record = await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=10))
         archive = record.unstored or Archive(
             task_id=record.task_id,
@@ -87,25 +93,29 @@ async def _reconcile_one(store: TaskStore, client: Client, row: IndexRow) -> int
         )
         how = "its final write did not reach the store"
     else:
-        how = _ENDED_HOW.get(described.status, "it ended")
+        how = _ENDED_HOW.get(status, _GONE) if status is not None else _GONE
+        canceled = status == WorkflowExecutionStatus.CANCELED
         full = await anyio.to_thread.run_sync(store.index_row, row.task_id)
-        archive, record = _failed_end(full or row, how)
+        archive, record = _lost_end(full or row, how, canceled=canceled)
         await anyio.to_thread.run_sync(store.store_final, archive, record)
     log.warning("task %s: its workflow ended (%s); its end is stored now", row.task_id, how)
     return 1
 
 
-def _failed_end(row: IndexRow, how: str) -> tuple[Archive, TaskRecord]:
-    """The end of a task whose workflow ended without one: FAILED, saying how."""
+def _lost_end(row: IndexRow, how: str, *, canceled: bool) -> tuple[Archive, TaskRecord]:
+    """The end of a task whose workflow ended without one: FAILED (CANCELED when it was
+    canceled), saying how."""
     stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    state = "TASK_STATE_CANCELED" if canceled else "TASK_STATE_FAILED"
+    text = f"the task could not be completed: its workflow ended ({how})"
     message: ProtoJSON = {
         "messageId": f"{row.task_id}:final",
         "role": "ROLE_AGENT",
-        "parts": [{"text": f"the task could not be completed: its workflow ended ({how})"}],
+        "parts": [{"text": text}],
         "taskId": row.task_id,
         "contextId": row.context_id,
     }
-    status: ProtoJSON = {"state": "TASK_STATE_FAILED", "timestamp": stamp, "message": message}
+    status: ProtoJSON = {"state": state, "timestamp": stamp, "message": message}
     event = TaskEvent(
         seq=row.last_seq + 1,
         kind="status",
@@ -124,7 +134,7 @@ def _failed_end(row: IndexRow, how: str) -> tuple[Archive, TaskRecord]:
         task_id=row.task_id,
         context_id=row.context_id,
         agent_id=row.agent_id,
-        state="TASK_STATE_FAILED",
+        state=state,
         status=status,
         participants=row.participants,
         updated_at=stamp,

@@ -44,6 +44,7 @@ class Records:
     senders: dict[str, str]
     persisted: int
     closed: bool
+    reopen: bool
     reply: ProtoJSON | None
     _now: Callable[[], str]
 
@@ -128,6 +129,7 @@ class Records:
             last_seq=self.last_seq(),
             messages=self.archived_messages + len(self.history),
             busy=self.busy(),
+            reopen=self.reopen,
         )
 
     def checkpoint(self) -> IndexEntry:

@@ -141,6 +141,9 @@ class TaskState(Admission, Records):
         # The message ids of this run's relayed progress: each is shown once, however many ways
         # (push, stream, a read of the other agent's task) the stand-in learned of it.
         self.relayed: set[str] = set()
+        # The index may hold an end the task did not reach (``TurnRequest.record_at``): every
+        # later entry of this run takes the task back.
+        self.reopen = False
         self.closing = False  # about to continue as new: new messages wait (TaskBusy)
         self.closed = False
         self.may_reply = False

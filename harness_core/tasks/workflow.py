@@ -162,30 +162,28 @@ class TaskWorkflow(LlmTurn):
             recorded = outcome.recorded
             # A turn that stored the task's end gave it its time.
             task.apply(outcome, at=recorded.updated_at if recorded is not None else None)
-            if recorded is not None:
-                self._recorded = recorded
-                if not task.ended():
-                    # Something reached the task while the turn ran (a message, after a workflow
-                    # task heartbeat): the index takes the task back from the end it stored.
+            self._recorded = recorded
+            if request.record_at and not task.ended():
+                # The turn may have stored an end the task did not reach: a message got in while
+                # it ran, or an attempt that stored one was lost (its worker died). The index's
+                # next entries take the task back (``IndexEntry.reopen``).
+                if recorded is not None:
                     log.warning("task %s: its turn stored an end it did not reach", start.task_id)
-                    self._recorded = None
-                    await self._checkpoint(start, reopen=True)
+                self._recorded = None
+                task.reopen = True
         finally:
             task.end_turn(taken)
 
     # -- the store ----------------------------------------------------------------------------------
 
-    async def _checkpoint(self, start: TaskStart, *, reopen: bool = False) -> None:
+    async def _checkpoint(self, start: TaskStart) -> None:
         """The index learns the task's state and what happened since its last write: when the
         task rests (waiting for input), in the workflow task that ended the turn, and while a
-        turn waits for other agents (``reopen``: over an end its turn stored)."""
-        entry = self._task.checkpoint()
-        if reopen:
-            entry = attrs.evolve(entry, reopen=True)
+        turn waits for other agents."""
         try:
             await workflow.execute_local_activity(
                 CHECKPOINT,
-                entry,
+                self._task.checkpoint(),
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=_STORE_RETRY,
             )

@@ -251,6 +251,8 @@ class Driver:
         task.apply(outcome, at="2026-12-03T01:00:00Z" if ending is not None else None)
         if ending is not None:
             self.check_turn_end(*ending, reached=arrivals > 0)
+        if request.record_at and not task.ended():
+            task.reopen = True  # as the workflow does: the turn may have stored an end
         task.end_turn(taken)
         if kind == "declined":  # a declined turn leaves the task as it was, and says so
             assert task.state == before

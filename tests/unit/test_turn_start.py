@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from temporalio.testing import ActivityEnvironment
 
@@ -18,6 +19,7 @@ from harness_core.activities import AgentActivities
 from harness_core.payloads import Inbound, TaskStart, TurnRequest
 from harness_core.store import TaskStore
 from harness_core.tasks.state import TaskState, json_size
+from harness_core.turn_history import LateStart
 
 pytestmark = pytest.mark.anyio
 
@@ -135,3 +137,20 @@ async def test_a_quick_turn_that_asks_writes_its_start_at_its_end(
     assert outcome.recorded is None and outcome.kind == "ask"
     # The workflow writes the answer when the task rests; the start is there already.
     assert row is not None and not row.closed and row.status["state"] == "TASK_STATE_WORKING"
+
+
+async def test_a_late_start_canceled_before_its_thread_ran_is_still_written(tmp_path: Path) -> None:
+    """The watcher that writes the start can be canceled (the turn ended) while the write waits
+    for its thread; the write goes on, since a later caller takes it as done."""
+    store = TaskStore(tmp_path / "a.sqlite3")
+    try:
+        late = LateStart(AgentActivities("a", None, store), first_turn("t4"))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(late.write)
+            await anyio.lowlevel.checkpoint()  # the write has begun; its thread has not run yet
+            tg.cancel_scope.cancel()
+        await late.write()  # the end of the turn: the start is taken as written
+        row = store.index_row("t4")
+    finally:
+        store.close()
+    assert row is not None and row.status["state"] == "TASK_STATE_WORKING"
