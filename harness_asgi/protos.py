@@ -12,6 +12,7 @@ is parsed by ``ParseDict`` as before, so the result is always ``ParseDict``'s
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 from a2a.types import Artifact, Message, Part, Role, Task, TaskState, TaskStatus
@@ -79,109 +80,86 @@ def _list(value: Any) -> list[Any]:
     return value  # pyright: ignore[reportUnknownVariableType]
 
 
-def _part(part: Any) -> Part:
-    if type(part) is not dict:
+def _raw(value: Any) -> bytes:
+    encoded = _str(value).encode("utf-8")
+    # As ParseDict reads bytes: URL-safe base64, padded.
+    return base64.urlsafe_b64decode(encoded + b"=" * (4 - len(encoded) % 4))
+
+
+def _timestamp(value: Any) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromJsonString(_str(value))
+    return stamp
+
+
+def _fields(value: Any, table: dict[str, tuple[str, Callable[[Any], Any]]]) -> dict[str, Any]:
+    """The constructor's keywords for a ProtoJSON object, each value converted by ``table``
+    (JSON name: field name, converter); a key it does not name leaves the object to the parser."""
+    if type(value) is not dict:
         raise _Other
     fields: dict[str, Any] = {}
-    for key, value in part.items():  # pyright: ignore[reportUnknownVariableType]
-        if key in ("text", "url", "filename"):
-            fields[key] = _str(value)
-        elif key == "mediaType":
-            fields["media_type"] = _str(value)
-        elif key == "raw":
-            encoded = _str(value).encode("utf-8")
-            # As ParseDict reads bytes: URL-safe base64, padded.
-            fields["raw"] = base64.urlsafe_b64decode(encoded + b"=" * (4 - len(encoded) % 4))
-        elif key == "data":
-            fields["data"] = _value(value)
-        elif key == "metadata":
-            fields["metadata"] = _struct(value)
-        else:
-            raise _Other
+    for key, item in value.items():  # pyright: ignore[reportUnknownVariableType]
+        name, convert = table[key]  # KeyError: not one of ours
+        fields[name] = convert(item)
+    return fields
+
+
+def _part(value: Any) -> Part:
+    fields = _fields(value, _PART)
     if len(_CONTENT.intersection(fields)) > 1:
         raise _Other  # a oneof set twice: the parser refuses it
     return Part(**fields)
 
 
-def _message(message: Any) -> Message:
-    if type(message) is not dict:
-        raise _Other
-    fields: dict[str, Any] = {}
-    for key, value in message.items():  # pyright: ignore[reportUnknownVariableType]
-        if key == "messageId":
-            fields["message_id"] = _str(value)
-        elif key == "contextId":
-            fields["context_id"] = _str(value)
-        elif key == "taskId":
-            fields["task_id"] = _str(value)
-        elif key == "role":
-            fields["role"] = Role.Value(_str(value))
-        elif key == "parts":
-            fields["parts"] = [_part(p) for p in _list(value)]
-        elif key == "metadata":
-            fields["metadata"] = _struct(value)
-        elif key == "extensions":
-            fields["extensions"] = _strs(value)
-        elif key == "referenceTaskIds":
-            fields["reference_task_ids"] = _strs(value)
-        else:
-            raise _Other
-    return Message(**fields)
+def _parts(value: Any) -> list[Part]:
+    return [_part(p) for p in _list(value)]
 
 
-def _artifact(artifact: Any) -> Artifact:
-    if type(artifact) is not dict:
-        raise _Other
-    fields: dict[str, Any] = {}
-    for key, value in artifact.items():  # pyright: ignore[reportUnknownVariableType]
-        if key == "artifactId":
-            fields["artifact_id"] = _str(value)
-        elif key in ("name", "description"):
-            fields[key] = _str(value)
-        elif key == "parts":
-            fields["parts"] = [_part(p) for p in _list(value)]
-        elif key == "metadata":
-            fields["metadata"] = _struct(value)
-        elif key == "extensions":
-            fields["extensions"] = _strs(value)
-        else:
-            raise _Other
-    return Artifact(**fields)
+def _message(value: Any) -> Message:
+    return Message(**_fields(value, _MESSAGE))
 
 
-def _status(status: Any) -> TaskStatus:
-    if type(status) is not dict:
-        raise _Other
-    fields: dict[str, Any] = {}
-    for key, value in status.items():  # pyright: ignore[reportUnknownVariableType]
-        if key == "state":
-            fields["state"] = TaskState.Value(_str(value))
-        elif key == "message":
-            fields["message"] = _message(value)
-        elif key == "timestamp":
-            stamp = Timestamp()
-            stamp.FromJsonString(_str(value))
-            fields["timestamp"] = stamp
-        else:
-            raise _Other
-    return TaskStatus(**fields)
+def _task(value: Any) -> Task:
+    return Task(**_fields(value, _TASK))
 
 
-def _task(task: dict[str, Any]) -> Task:
-    fields: dict[str, Any] = {}
-    for key, value in task.items():
-        if key == "id":
-            fields["id"] = _str(value)
-        elif key == "contextId":
-            fields["context_id"] = _str(value)
-        elif key == "status":
-            fields["status"] = _status(value)
-        elif key == "history":
-            fields["history"] = [_message(m) for m in _list(value)]
-        elif key == "artifacts":
-            fields["artifacts"] = [_artifact(a) for a in _list(value)]
-        elif key == "metadata":
-            fields["metadata"] = _struct(value)
-        else:
-            raise _Other
-    return Task(**fields)
+_PART: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "text": ("text", _str),
+    "raw": ("raw", _raw),
+    "url": ("url", _str),
+    "data": ("data", _value),
+    "metadata": ("metadata", _struct),
+    "filename": ("filename", _str),
+    "mediaType": ("media_type", _str),
+}
+_MESSAGE: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "messageId": ("message_id", _str),
+    "contextId": ("context_id", _str),
+    "taskId": ("task_id", _str),
+    "role": ("role", lambda v: Role.Value(_str(v))),
+    "parts": ("parts", _parts),
+    "metadata": ("metadata", _struct),
+    "extensions": ("extensions", _strs),
+    "referenceTaskIds": ("reference_task_ids", _strs),
+}
+_ARTIFACT: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "artifactId": ("artifact_id", _str),
+    "name": ("name", _str),
+    "description": ("description", _str),
+    "parts": ("parts", _parts),
+    "metadata": ("metadata", _struct),
+    "extensions": ("extensions", _strs),
+}
+_STATUS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "state": ("state", lambda v: TaskState.Value(_str(v))),
+    "message": ("message", _message),
+    "timestamp": ("timestamp", _timestamp),
+}
+_TASK: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "id": ("id", _str),
+    "contextId": ("context_id", _str),
+    "status": ("status", lambda v: TaskStatus(**_fields(v, _STATUS))),
+    "history": ("history", lambda v: [_message(m) for m in _list(v)]),
+    "artifacts": ("artifacts", lambda v: [Artifact(**_fields(a, _ARTIFACT)) for a in _list(v)]),
+    "metadata": ("metadata", _struct),
+}
