@@ -48,15 +48,10 @@ class TurnHistory:
         """The turn's messages: the task's latest ``HISTORY_WINDOW``, content restored
         (``_history_rows``; in a thread unless the request holds them all)."""
         if _inline_only(request, since):
-            rows = self._inline(request)
+            rows = _inline(request)
         else:
             rows = await anyio.to_thread.run_sync(self._history_rows, request, since)
         return tuple(message_from_json(m, sender) for m, sender in rows)
-
-    @staticmethod
-    def _inline(request: TurnRequest) -> list[tuple[Any, str | None]]:
-        senders = dict(request.senders)
-        return [(m, senders.get(str(m.get("messageId", "")))) for m in request.messages]
 
     def _history_rows(
         self, request: TurnRequest, since: int | None = None
@@ -70,7 +65,7 @@ class TurnHistory:
         """
         start = request.archived
         end = start + len(request.messages)
-        inline = self._inline(request)
+        inline = _inline(request)
         if _inline_only(request, since):
             return inline
         self.write_turn_start(request)
@@ -187,6 +182,12 @@ class TurnHistory:
         return tuple(message_from_json(m, sender) for m, sender in rows)
 
 
+def _inline(request: TurnRequest) -> list[tuple[Any, str | None]]:
+    """The request's own messages, with their senders."""
+    senders = dict(request.senders)
+    return [(m, senders.get(str(m.get("messageId", "")))) for m in request.messages]
+
+
 def _inline_only(request: TurnRequest, since: int | None) -> bool:
     """The request holds the turn's whole history, and has nothing to write: no store call."""
     return request.archived == 0 and request.index is None and not request.persist and not since
@@ -212,7 +213,7 @@ class LateStart:
 
     def rows(self) -> list[tuple[Any, str | None]]:
         """The turn's messages, from the request alone (the latest ``HISTORY_WINDOW``)."""
-        rows = self._history._inline(self._request)  # pyright: ignore[reportPrivateUsage]
+        rows = _inline(self._request)
         return rows[max(0, len(rows) - HISTORY_WINDOW) :]
 
     async def write(self) -> None:

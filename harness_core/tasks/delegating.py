@@ -5,6 +5,9 @@ turn's messages.
 
 A mixin of ``TaskWorkflow`` (``harness_core.tasks.workflow``), through ``LlmTurn``, whose
 ``ask_<agent>`` tools delegate the same way: workflow code, deterministic like the driver.
+``asyncio`` here is Temporal's own deterministic workflow loop, as in the driver (``gather`` of
+the asks and the stand-ins' starts, ``TimeoutError`` of a timed ``wait_condition``), whichever
+backend the host runs.
 """
 
 from __future__ import annotations

@@ -24,8 +24,9 @@ import attrs
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from harness_core.payloads import Archive, ProtoJSON, TaskEvent, TaskRecord
+from harness_core.payloads import Archive, TaskRecord
 from harness_core.store import IndexRow, TaskStore
+from harness_core.tasks.state import TaskState
 from harness_core.temporal.names import TASK_WORKFLOW
 
 __all__ = ["RECONCILE_AFTER", "RECONCILE_BATCH", "reconcile"]
@@ -104,41 +105,18 @@ async def _reconcile_one(store: TaskStore, client: Client, row: IndexRow) -> int
 
 def _lost_end(row: IndexRow, how: str, *, canceled: bool) -> tuple[Archive, TaskRecord]:
     """The end of a task whose workflow ended without one: FAILED (CANCELED when it was
-    canceled), saying how."""
-    stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    canceled), saying how, by the task's own rules."""
+    task = TaskState.resumed(
+        row.task_id,
+        row.context_id,
+        row.agent_id,
+        status=row.status,
+        participants=row.participants,
+        archived_messages=row.messages,
+        archived_events=row.last_seq,
+        turns=0,
+        now=datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+    )
     state = "TASK_STATE_CANCELED" if canceled else "TASK_STATE_FAILED"
-    text = f"the task could not be completed: its workflow ended ({how})"
-    message: ProtoJSON = {
-        "messageId": f"{row.task_id}:final",
-        "role": "ROLE_AGENT",
-        "parts": [{"text": text}],
-        "taskId": row.task_id,
-        "contextId": row.context_id,
-    }
-    status: ProtoJSON = {"state": state, "timestamp": stamp, "message": message}
-    event = TaskEvent(
-        seq=row.last_seq + 1,
-        kind="status",
-        body={"taskId": row.task_id, "contextId": row.context_id, "status": status},
-    )
-    archive = Archive(
-        task_id=row.task_id,
-        agent_id=row.agent_id,
-        context_id=row.context_id,
-        first_message=row.messages,
-        messages=(message,),
-        events=(event,),
-        participants=row.participants,
-    )
-    record = TaskRecord(
-        task_id=row.task_id,
-        context_id=row.context_id,
-        agent_id=row.agent_id,
-        state=state,
-        status=status,
-        participants=row.participants,
-        updated_at=stamp,
-        messages=row.messages + 1,
-        events=row.last_seq + 1,
-    )
-    return archive, record
+    task.end(state, f"the task could not be completed: its workflow ended ({how})")
+    return task.archive(), task.final_record()

@@ -155,6 +155,34 @@ class TaskState(Admission, Records):
             self.accept(start.first)
             self._started_with = str(start.first.message.get("messageId", ""))
 
+    @classmethod
+    def resumed(
+        cls,
+        task_id: str,
+        context_id: str,
+        agent_id: str,
+        *,
+        status: ProtoJSON,
+        participants: Sequence[str],
+        archived_messages: int,
+        archived_events: int,
+        turns: int,
+        now: str,
+    ) -> TaskState:
+        """A task taken up again outside its workflow, as of ``now``, from what the store (or a
+        turn's request) says of it: the messages and events before these counts are stored."""
+        carry = TaskCarry(
+            status=status,
+            participants=tuple(participants),
+            recent_ids=(),
+            archived_messages=archived_messages,
+            archived_events=archived_events,
+            turns=turns,
+            runs=0,
+        )
+        start = TaskStart(task_id=task_id, context_id=context_id, agent_id=agent_id, carry=carry)
+        return cls(start, lambda: now)
+
     # -- what it is ---------------------------------------------------------------------------------
 
     @property
@@ -444,22 +472,17 @@ def turn_end(
     if not request.record_at or entry is None:
         return None
     events = entry.archive.events
-    carry = TaskCarry(
+    task = TaskState.resumed(
+        request.task_id,
+        request.context_id,
+        request.agent_id,
         status=entry.status,
         participants=entry.archive.participants,
-        recent_ids=(),
         archived_messages=request.archived,
         archived_events=entry.last_seq - len(events),
         turns=request.number,
-        runs=0,
+        now=now,
     )
-    start = TaskStart(
-        task_id=request.task_id,
-        context_id=request.context_id,
-        agent_id=request.agent_id,
-        carry=carry,
-    )
-    task = TaskState(start, lambda: now)
     task.history = list(request.messages)
     task.events = list(events)
     task.senders = dict(request.senders)

@@ -211,22 +211,7 @@ class TaskWorkflow(LlmTurn):
         # No batch may start after this run's last command: the next run pushes the rest.
         self._push_open = False
         workflow.continue_as_new(
-            TaskStart(
-                task_id=start.task_id,
-                context_id=start.context_id,
-                agent_id=start.agent_id,
-                local_activity=start.local_activity,
-                turn_timeout=start.turn_timeout,
-                loop=start.loop,
-                max_steps=start.max_steps,
-                turn_seconds=start.turn_seconds,
-                run_messages=start.run_messages,
-                carry=task.carry(),
-                idle_seconds=start.idle_seconds,
-                expired_state=start.expired_state,
-                block_for=start.block_for,
-                record_in_turn=True,
-            )
+            attrs.evolve(start, first=None, carry=task.carry(), record_in_turn=True)
         )
 
     async def _store_final(self, start: TaskStart) -> TaskRecord:
