@@ -49,6 +49,8 @@ try:
     from pydantic_ai.providers.openai import OpenAIProvider
     from pydantic_ai.settings import ModelSettings
     from pydantic_ai.tools import ToolDefinition
+
+    from harness_core.agents.chat_client import ChatClient
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
         f"harness_core.agents.llm needs pydantic-ai and the provider SDKs ({error.name} is missing): "
@@ -105,7 +107,12 @@ def build_model(kind: ModelKind, name: str, *, base_url: str | None, api_key: st
     url = base_url or _DEFAULT_BASE_URLS[kind]
     key = api_key or NO_API_KEY
     if kind == "openai":
-        client = openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
+        client = ChatClient(
+            base_url=url,
+            api_key=key,
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(),
+        )
         return OpenAIChatModel(name, provider=OpenAIProvider(openai_client=client))
     if kind == "anthropic":
         anthropic_client = anthropic.AsyncAnthropic(base_url=url, api_key=key, max_retries=0)

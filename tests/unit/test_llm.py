@@ -600,7 +600,7 @@ def test_the_rest_of_the_package_imports_without_pydantic_ai() -> None:
 import importlib, pkgutil, sys
 sys.modules["pydantic_ai"] = None
 import harness_core, harness_asgi
-optional = {"harness_core.agents.llm", "harness_core.agents.tools"}
+optional = {"harness_core.agents.llm", "harness_core.agents.tools", "harness_core.agents.chat_client"}
 for package in (harness_core, harness_asgi):
     for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         if module.name not in optional and not module.name.startswith("harness_asgi.fastapi"):
