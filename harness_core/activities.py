@@ -51,7 +51,7 @@ from harness_core.store import TaskStore
 from harness_core.store.connection import STORE_ERRORS
 from harness_core.tasks.pace import TurnPace
 from harness_core.tasks.reconcile import reconcile
-from harness_core.tasks.state import turn_end
+from harness_core.tasks.state import text_message, turn_end
 from harness_core.temporal.codec import PayloadStore
 from harness_core.temporal.names import (
     ARCHIVE,
@@ -286,10 +286,25 @@ class AgentActivities(TurnHistory, GuardedWork):
                         turn.task_id,
                         error,
                     )
-            return answer
+            return await self._step_end(step, answer)
         finally:
             self._paced(began)
             self.live.end(self.agent_id, step.turn.task_id)
+
+    async def _step_end(self, step: ModelStepInput, answer: ModelStep) -> ModelStep:
+        """A step that answers stores the task's end when the workflow asked
+        (``TurnRequest.record_at``), with the outcome the workflow makes of it (``LlmTurn``)."""
+        if not step.turn.record_at or answer.compact is not None or answer.declined:
+            return answer
+        if answer.tool_calls and not step.final:
+            return answer
+        outcome = TurnOutcome(
+            kind="complete",
+            message=answer.message or text_message(answer.text),
+            emitted=(*step.turn.emitted, *answer.emitted),
+        )
+        recorded = (await self._record_end(step.turn, outcome)).recorded
+        return answer if recorded is None else attrs.evolve(answer, recorded=recorded)
 
     @activity.defn(name=COMPACT)
     async def compact(self, request: CompactRequest) -> int:

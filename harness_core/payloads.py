@@ -276,6 +276,11 @@ class TurnRequest:
     #: that ends the task then stores its final record itself, in the workflow task that runs
     #: it, and says so in ``TurnOutcome.recorded`` (``harness_core.tasks.state.turn_end``).
     record_at: str = ""
+    #: ``index`` for a model step after the first, which does not write the entry again, and
+    #: what the turn's earlier steps emitted: what the step that answers needs to store the
+    #: task's end (``record_at``).
+    entry: IndexEntry | None = None
+    emitted: tuple[tuple[str, ProtoJSON], ...] = ()
 
 
 @attrs.frozen
@@ -468,6 +473,9 @@ class ModelStep:
     #: The request would pass the agent's context budget: fold the task's messages at positions
     #: (first, upto) into a summary (``COMPACT``), then ask again. Nothing was asked of the model.
     compact: tuple[int, int] | None = None
+    #: The step answered, and stored the task's end as the turn's outcome leaves it
+    #: (``TurnRequest.record_at``; ``TurnOutcome.recorded``).
+    recorded: TaskRecord | None = None
 
 
 @attrs.frozen

@@ -72,6 +72,7 @@ class LlmTurn(Delegating):
         # Artifacts the turn's tools return with the answer (workspace files attached).
         attached: dict[str, ProtoJSON] = {}
         started = workflow.now()
+        seq = self._task.last_seq()
         budget = timedelta(seconds=start.turn_seconds)
         step = 0
         while True:
@@ -83,7 +84,13 @@ class LlmTurn(Delegating):
                     # The first step writes the index entry; the others need not carry it. The
                     # turn and each exchange entry are arguments of their own: a large one is
                     # stored once by the claim check, and every later step refers to it.
-                    request if step == 1 else attrs.evolve(request, index=None),
+                    (
+                        request
+                        if step == 1
+                        else self._later_step(
+                            request, emitted, attached, self._task.last_seq() != seq
+                        )
+                    ),
                     ModelStep,
                     step,
                     final,
@@ -128,6 +135,7 @@ class LlmTurn(Delegating):
                     message=answer.message or text_message(answer.text),
                     emitted=tuple(emitted),
                     artifacts=tuple(attached.values()),
+                    recorded=answer.recorded,
                 )
             results: list[Any] = []
             for spec in answer.tool_calls:
@@ -148,6 +156,19 @@ class LlmTurn(Delegating):
                     }
                 )
             exchange.append({"tool_results": results})
+
+    @staticmethod
+    def _later_step(
+        request: TurnRequest, emitted: list[Any], attached: dict[str, ProtoJSON], moved: bool
+    ) -> TurnRequest:
+        """A model step after the first: it does not write the index entry again, but keeps it
+        (``entry``), with what the earlier steps emitted, to store the task's end when it
+        answers. Not after tools' artifacts, nor once the task has new events (``moved``:
+        another agent's progress relayed): the workflow's outcome would then hold more than the
+        step knows."""
+        if not request.record_at or attached or moved:
+            return attrs.evolve(request, index=None, record_at="")
+        return attrs.evolve(request, index=None, entry=request.index, emitted=tuple(emitted))
 
     async def _ask(
         self, start: TaskStart, spec: ToolCallSpec, local: bool

@@ -322,7 +322,7 @@ class TaskState(Admission, Records):
         # The request holds the whole run (no turn wrote messages, no index write took events):
         # a local turn may then store the task's end itself (``turn_end``).
         whole = self.persisted == 0 and self.indexed_seq == self.archived_events
-        record = start.record_in_turn and local and whole and start.loop == "turn"
+        record = start.record_in_turn and local and whole
         unwritten = self.history[self.persisted :]
         persist = json_size(unwritten) > INLINE_HISTORY
         request = TurnRequest(
@@ -468,7 +468,7 @@ def turn_end(
     the workflow, applying the same outcome at the record's time (``TaskState.apply``'s ``at``),
     comes to the same record; if anything reached the task meanwhile, its record differs, and it
     stores its own (``TaskWorkflow``)."""
-    entry = request.index
+    entry = request.index or request.entry
     if not request.record_at or entry is None:
         return None
     events = entry.archive.events

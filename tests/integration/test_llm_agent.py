@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from a2a.types import CancelTaskRequest, GetTaskRequest, SendMessageRequest, TaskState
+from a2a.types import CancelTaskRequest, GetTaskRequest, Role, SendMessageRequest, TaskState
 from google.protobuf.json_format import MessageToJson
 
 from harness_core.temporal.names import TOOL_CALL
@@ -134,7 +134,20 @@ async def test_a_blocking_turn_with_a_tool_is_one_workflow_task_and_asks_without
     ]
     assert len(completed) == 1
     markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
-    assert len(markers) >= 4  # two model requests, the tool, the record
+    # The two model requests and the tool: the step that answers stored the task's end itself
+    # (``TurnRequest.record_at``), so the workflow ran no local activity to store it.
+    assert len(markers) == 3
+    names = b"".join(
+        p.data
+        for e in markers
+        for v in e.marker_recorded_event_attributes.details.values()
+        for p in v.payloads
+    )
+    assert b'"store_record"' not in names and names.count(b'"model_step"') == 2
+    # Read back (from the store): the end the step stored, whole.
+    assert whole.status.state == TaskState.TASK_STATE_COMPLETED
+    assert whole.status.message.parts[0].text == "Order 7 shipped."
+    assert [m.role for m in whole.history] == [Role.ROLE_USER, Role.ROLE_AGENT]
 
 
 async def test_an_unreachable_model_server_is_tried_again_then_named_in_the_failure(
