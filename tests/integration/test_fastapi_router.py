@@ -149,7 +149,7 @@ async def test_the_routers_limits_refuse_large_bodies_and_too_many_requests(
         ),
         prefix="/a",
     )
-    async with serving_app(make_app(harness)) as url, httpx.AsyncClient() as http:
+    async with serving_app(make_app(harness)) as url, httpx.AsyncClient(timeout=30) as http:
         declared = await http.post(f"{url}/a/", content=b"x" * 4096)
         chunked = await http.post(f"{url}/a/", content=_chunks(8192))
         card = await http.get(f"{url}/a/.well-known/agent-card.json")

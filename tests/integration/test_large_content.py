@@ -41,12 +41,12 @@ from tests.integration.agent_tools_large import (
 )
 from tests.integration.test_a2a_methods import send_blocking
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(300)]
 
 KEY_VARIABLE = "HARNESS_TEST_MODEL_KEY"
 TOOLS = "tests.integration.agent_tools_large"
-#: How long any of these tasks may take (each test stays well under the suite's 120 s).
-DEADLINE = 30
+#: How long any of these tasks may take: ~30 s on a slow, shared 2-core machine.
+DEADLINE = 90
 
 STEPS = 40
 

@@ -39,7 +39,7 @@ async def history_per_run(client: Client, task_id: str) -> list[tuple[int, int, 
     return [(events, size, accepted) for _, events, size, accepted in sorted(sizes)]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 async def test_a_task_of_five_thousand_messages_continues_as_new_and_stays_readable(make_harness):
     async def agent(ctx: TurnContext) -> TurnResult:
         return Ask(f"noted {len(ctx.new_messages)}")
@@ -56,7 +56,7 @@ async def test_a_task_of_five_thousand_messages_continues_as_new_and_stays_reada
         async with anyio.create_task_group() as tg:
             for _ in range(SENDERS):
                 tg.start_soon(sender)
-        with anyio.fail_after(240):  # ~90 s alone on 2 cores; longer beside other tests
+        with anyio.fail_after(720):  # 90-150 s alone on 2 cores; longer beside other tests
             while True:
                 task = await client.get_task(GetTaskRequest(id=first.id))
                 users = [m for m in task.history if m.role == 1]

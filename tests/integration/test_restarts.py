@@ -76,6 +76,7 @@ def _digest(text: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_a_sigkill_with_150_sends_in_flight_loses_no_accepted_message(tmp_path: Path) -> None:
     port = free_port()
     path = write_config(

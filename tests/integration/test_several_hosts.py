@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import free_port, unique_id
 from tests.integration.test_cli import Server, rpc, write_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
 CONFIG = """
 [agent]
@@ -109,7 +109,7 @@ def test_a_task_started_on_one_host_is_served_by_the_other_and_survives_a_sigkil
         "blobs": f"s3://{s3_bucket}/payloads",
         # Long enough for host 2 to start and serve the reads while host 1's turn runs, on a
         # loaded machine too (checked before the kill).
-        "delay": "10s",
+        "delay": "25s",
     }
     # Over the claim check's 16 KiB: host 2 reads what host 1 stored, from the object store.
     long_text = "keep me " + "x" * 40_000
