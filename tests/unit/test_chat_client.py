@@ -8,7 +8,6 @@ client: ``openai.AsyncOpenAI`` as the SDK ships it, or the :class:`ChatClient` t
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
@@ -18,7 +17,6 @@ from pydantic_ai import messages as pai
 from pydantic_ai.models import Model
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.tools import ToolDefinition
 
 from harness_core.agents.chat_client import ChatClient
 from harness_core.agents.llm import (
@@ -39,17 +37,8 @@ from tests.fakes.model_servers import (
     text_reply,
     tool_call_reply,
 )
+from tests.unit.test_llm import API_KEY, LOOKUP, closed_port
 
-API_KEY = "sk-test-THIS-KEY-MUST-NEVER-APPEAR"
-LOOKUP = ToolDefinition(
-    name="lookup_order",
-    description="Look up an order by its number.",
-    parameters_json_schema={
-        "type": "object",
-        "properties": {"order_id": {"type": "integer"}},
-        "required": ["order_id"],
-    },
-)
 # Headers the SDK sends that the short path leaves out: how long the SDK would wait for a read
 # (informational; the timeout itself is applied), and the body's length, which differs only by
 # the JSON's spacing.
@@ -85,12 +74,6 @@ async def models(server: FakeServer) -> AsyncIterator[tuple[Model, Model]]:
 def history(*parts: TextPart | FilePart | DataPart) -> list[pai.ModelMessage]:
     message = TurnMessage(message_id="m1", role="user", parts=parts)
     return to_model_messages([message], system="You answer questions about orders.")
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def both(
