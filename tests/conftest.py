@@ -156,10 +156,15 @@ async def serving(*harnesses: Harness) -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def a2a_client(
-    base_url: str, *, streaming: bool = True, headers: dict[str, str] | None = None
+    base_url: str,
+    *,
+    streaming: bool = True,
+    headers: dict[str, str] | None = None,
+    request_seconds: float = 30,
 ) -> AsyncIterator[Client]:
-    """The real a2a-sdk client for the agent at ``base_url``."""
-    async with httpx.AsyncClient(timeout=30, headers=headers or {}) as http:
+    """The real a2a-sdk client for the agent at ``base_url`` (``request_seconds``: how long each
+    request may take)."""
+    async with httpx.AsyncClient(timeout=request_seconds, headers=headers or {}) as http:
         card = await A2ACardResolver(http, base_url).get_agent_card()
         client = ClientFactory(ClientConfig(streaming=streaming, httpx_client=http)).create(card)
         try:

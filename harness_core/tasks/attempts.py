@@ -10,6 +10,7 @@ rather than loop until the history is full.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -59,6 +60,13 @@ _WORKER_STOPPED = "WorkerStopped"
 _NO_RETRY = RetryPolicy(maximum_attempts=1)
 # The longest Retry-After a provider may impose on a turn.
 _MAX_ASKED_DELAY = 60.0
+
+
+def _settled(handle: asyncio.Future[Any]) -> None:
+    """Take the outcome of an activity the workflow stopped waiting for (it canceled it), so
+    that it is not reported as an exception nobody retrieved."""
+    if not handle.cancelled():
+        handle.exception()
 
 
 def _cause(error: BaseException) -> BaseException | None:
@@ -153,8 +161,9 @@ class Attempts:
             await workflow.wait_condition(lambda handle=handle: handle.done() or self._canceled())
             if self._canceled() and not handle.done():
                 # Reaches the activity through its heartbeat: the model call or tool in flight
-                # is cancelled.
+                # is cancelled. Its outcome is not waited for, but taken when it comes.
                 handle.cancel()
+                handle.add_done_callback(_settled)
                 return None
             try:
                 return await handle

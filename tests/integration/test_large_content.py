@@ -112,7 +112,10 @@ async def test_a_three_megabyte_tool_result_reaches_the_model_whole_and_the_tool
         text_reply("The q3 report ", "is long."),
     )
     harness = make_harness(model=llm_config(server, "full_report"))
-    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+    async with (
+        serving(harness) as url,
+        a2a_client(url, streaming=False, request_seconds=DEADLINE) as client,
+    ):
         with anyio.fail_after(DEADLINE):
             task = await send_blocking(client, user_message("read me the q3 report"))
             read = await client.get_task(GetTaskRequest(id=task.id))
@@ -148,7 +151,10 @@ async def test_forty_tool_steps_of_200_kb_complete_and_the_history_stays_flat(
             server, "archive_chunk", max_steps=STEPS + 10, local_activity=local_activity
         )
     )
-    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+    async with (
+        serving(harness) as url,
+        a2a_client(url, streaming=False, request_seconds=DEADLINE) as client,
+    ):
         with anyio.fail_after(DEADLINE):
             task = await send_blocking(client, user_message("read the whole archive"))
         sizes = await history_event_sizes(harness, task.id)
@@ -257,7 +263,10 @@ async def test_a_three_megabyte_message_is_read_back_whole_and_its_task_continue
         return Complete("done")
 
     harness = make_harness(agent, server={"max_request_bytes": 8 * 1024 * 1024})
-    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+    async with (
+        serving(harness) as url,
+        a2a_client(url, streaming=False, request_seconds=DEADLINE) as client,
+    ):
         with anyio.fail_after(DEADLINE):
             first = await send_blocking(client, user_message(big))
             second = await send_blocking(client, user_message("that is all", task_id=first.id))
