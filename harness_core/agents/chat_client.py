@@ -105,14 +105,15 @@ class ChatClient(openai.AsyncOpenAI):
     ) -> ChatCompletion:
         """POST one Chat Completions body (``limit``: the request's timeout, if given); the
         response as the SDK would build it."""
-        headers: dict[str, object] = {
-            **self.default_headers,
-            **self.auth_headers,
-            "x-stainless-retry-count": "0",
-        }
+        # Merged by name, in any spelling, as the SDK merges them: a request's own header (its
+        # User-Agent, say) replaces the client's, and one given as ``Omit`` is not sent.
+        merged: dict[str, object] = {"x-stainless-retry-count": "0"}
+        extra: Mapping[str, object] = {}
         if isinstance(extra_headers, Mapping):
-            headers.update(cast("Mapping[str, object]", extra_headers))
-        sent = {k: str(v) for k, v in headers.items() if _given(v) and v is not None}
+            extra = cast("Mapping[str, object]", extra_headers)
+        for source in (self.default_headers, self.auth_headers, extra):
+            merged.update((name.lower(), value) for name, value in source.items())
+        sent = {k: str(v) for k, v in merged.items() if _given(v) and v is not None}
         request = self.http.build_request(
             "POST",
             str(self.base_url) + "chat/completions",

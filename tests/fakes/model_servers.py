@@ -118,6 +118,8 @@ class RecordedRequest:
     path: str
     headers: Mapping[str, str]
     body: Any
+    #: Every header name as sent, lower-cased, repeats included.
+    names: tuple[str, ...] = ()
 
     @property
     def authorization(self) -> str | None:
@@ -228,7 +230,8 @@ class FakeServer:
     async def _handle(self, request: Request) -> Response:
         body = await request.json()
         headers = {key.lower(): value for key, value in request.headers.items()}
-        item, number = self._next(RecordedRequest(request.url.path, headers, body))
+        names = tuple(name.decode("latin-1").lower() for name, _ in request.headers.raw)
+        item, number = self._next(RecordedRequest(request.url.path, headers, body, names))
         if item is None:
             return JSONResponse(
                 _error_body(self.flavor, 500, "the fake server's script is used up"),

@@ -128,7 +128,12 @@ async def test_files_and_settings_go_out_as_the_sdk_sends_them(
         FilePart(data=b"%PDF-1.4 fake", media_type="application/pdf"),
         DataPart({"order_id": 42, "note": "crème brûlée"}),
     )
-    settings: Any = {"temperature": 0.25, "max_tokens": 64, "extra_headers": {"x-trace": "t-1"}}
+    settings: Any = {
+        "temperature": 0.25,
+        "max_tokens": 64,
+        # A header of the client's, in another spelling: it replaces the client's, once.
+        "extra_headers": {"x-trace": "t-1", "user-agent": "custom/1.0"},
+    }
 
     ours, theirs = await both(server, models, text_reply("ok"), messages, settings=settings)
 
@@ -137,6 +142,9 @@ async def test_files_and_settings_go_out_as_the_sdk_sends_them(
     assert mine.body == sdk.body
     assert mine.body["temperature"] == 0.25
     assert mine.headers["x-trace"] == sdk.headers["x-trace"] == "t-1"
+    assert mine.headers["user-agent"] == sdk.headers["user-agent"] == "custom/1.0"
+    assert len(mine.names) == len(set(mine.names)), "a header sent twice"
+    assert set(mine.names) - NOT_COMPARED == set(sdk.names) - NOT_COMPARED
 
 
 @pytest.mark.anyio
