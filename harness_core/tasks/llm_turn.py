@@ -88,7 +88,10 @@ class LlmTurn(Delegating):
                         request
                         if step == 1
                         else self._later_step(
-                            request, emitted, attached, self._task.last_seq() != seq
+                            request,
+                            emitted,
+                            attached,
+                            self._task.last_seq() != seq or bool(self._task.mailbox),
                         )
                     ),
                     ModelStep,
@@ -163,9 +166,9 @@ class LlmTurn(Delegating):
     ) -> TurnRequest:
         """A model step after the first: it does not write the index entry again, but keeps it
         (``entry``), with what the earlier steps emitted, to store the task's end when it
-        answers. Not after tools' artifacts, nor once the task has new events (``moved``:
-        another agent's progress relayed): the workflow's outcome would then hold more than the
-        step knows."""
+        answers. Not after tools' artifacts, nor once the task has new events or messages
+        (``moved``: another agent's progress relayed, a message that came in while a tool ran as
+        a regular activity): the workflow's outcome would then hold more than the step knows."""
         if not request.record_at or attached or moved:
             return attrs.evolve(request, index=None, record_at="")
         return attrs.evolve(request, index=None, entry=request.index, emitted=tuple(emitted))
