@@ -60,7 +60,7 @@ async def test_two_agents_mounted_in_a_host_app_answer_at_their_prefixed_urls(
         assert url == base
         for harness, prefix in ((a, "/agents/a"), (b, "/agents/b")):
             assert harness.public_url == f"{base}{prefix}"
-            async with httpx.AsyncClient() as http:
+            async with httpx.AsyncClient(timeout=30) as http:
                 card = (await http.get(f"{base}{prefix}/.well-known/agent-card.json")).json()
             assert [i["url"] for i in card["supportedInterfaces"]] == [
                 f"{base}{prefix}/",
@@ -71,7 +71,7 @@ async def test_two_agents_mounted_in_a_host_app_answer_at_their_prefixed_urls(
                 again = await client.get_task(GetTaskRequest(id=task.id))
             assert again.status.state == TaskState.TASK_STATE_COMPLETED
             answers[harness.agent_id] = again.history[-1].parts[0].text
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=30) as http:
             host_page = await http.get(f"{base}/hello")
             monitor = (await http.get(f"{base}/agents/b/_monitor")).json()
     assert answers == {a.agent_id: "from a", b.agent_id: "from b"}
@@ -96,7 +96,7 @@ async def test_no_base_url_warning_when_the_request_confirms_the_guessed_url(
         lifespan=harnesses_lifespan(harness),
     )
     with caplog.at_level(logging.WARNING, logger="harness.http"):
-        async with serving_app(app, port=port) as url, httpx.AsyncClient() as http:
+        async with serving_app(app, port=port) as url, httpx.AsyncClient(timeout=30) as http:
             card = await http.get(f"{url}/agents/a/.well-known/agent-card.json")
     assert card.status_code == 200
     assert card.json()["supportedInterfaces"][0]["url"].startswith(f"http://127.0.0.1:{port}/")
@@ -113,7 +113,7 @@ async def test_a_mounted_agent_answers_503_until_the_host_starts_it(
     harness = Harness(agent_settings(tmp_path, temporal_address), prefix="/agents/a")
     app = Starlette(routes=[Route("/hello", hello), Mount("/agents/a", app=harness.asgi_app())])
     with caplog.at_level(logging.WARNING, logger="harness.http"):
-        async with serving_app(app) as url, httpx.AsyncClient() as http:
+        async with serving_app(app) as url, httpx.AsyncClient(timeout=30) as http:
             card = await http.get(f"{url}/agents/a/.well-known/agent-card.json")
             rpc = await http.post(f"{url}/agents/a/", json={"jsonrpc": "2.0", "id": 1})
             host_page = await http.get(f"{url}/hello")
@@ -137,7 +137,7 @@ async def test_an_agent_mounted_under_another_path_refuses_every_request_and_log
         routes=[Mount("/wrong", app=harness.asgi_app())], lifespan=harnesses_lifespan(harness)
     )
     with caplog.at_level(logging.ERROR, logger="harness.http"):
-        async with serving_app(app) as url, httpx.AsyncClient() as http:
+        async with serving_app(app) as url, httpx.AsyncClient(timeout=30) as http:
             first = await http.get(f"{url}/wrong/.well-known/agent-card.json")
             second = await http.post(f"{url}/wrong/", json={"jsonrpc": "2.0", "id": 1})
     assert first.status_code == second.status_code == 500
@@ -176,7 +176,7 @@ async def test_request_limits_and_cors_apply_to_the_mounted_app(
         prefix="/a",
     )
     app = Starlette(routes=[Mount("/a", app=harness.asgi_app())], lifespan=harness.lifespan)
-    async with serving_app(app) as url, httpx.AsyncClient() as http:
+    async with serving_app(app) as url, httpx.AsyncClient(timeout=30) as http:
         preflight = await http.options(
             f"{url}/a/",
             headers={
@@ -203,7 +203,7 @@ async def test_route_options_turn_off_the_limits_and_the_monitor(
         agent_settings(tmp_path, temporal_address, server={"max_request_bytes": 1024}),
         routes=RouteOptions(limits=False, monitor=False),
     )
-    async with serving_app(harness.asgi_app()) as url, httpx.AsyncClient() as http:
+    async with serving_app(harness.asgi_app()) as url, httpx.AsyncClient(timeout=30) as http:
         big = await http.post(
             f"{url}/", content=b"x" * 4096, headers={"Content-Type": "application/json"}
         )
@@ -222,7 +222,7 @@ async def test_an_agent_without_a_prefix_mounted_under_a_path_is_refused(
     app = Starlette(
         routes=[Mount("/billing", app=harness.asgi_app())], lifespan=harnesses_lifespan(harness)
     )
-    async with serving_app(app) as url, httpx.AsyncClient() as http:
+    async with serving_app(app) as url, httpx.AsyncClient(timeout=30) as http:
         card = await http.get(f"{url}/billing/.well-known/agent-card.json")
     assert card.status_code == 500
     assert "'/billing'" in card.json()["error"]
