@@ -10,7 +10,6 @@ rather than loop until the history is full.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -62,7 +61,7 @@ _NO_RETRY = RetryPolicy(maximum_attempts=1)
 _MAX_ASKED_DELAY = 60.0
 
 
-def _settled(handle: asyncio.Future[Any]) -> None:
+def _settled(handle: workflow.ActivityHandle[Any]) -> None:
     """Take the outcome of an activity the workflow stopped waiting for (it canceled it), so
     that it is not reported as an exception nobody retrieved."""
     if not handle.cancelled():
