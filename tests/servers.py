@@ -18,7 +18,19 @@ from urllib.parse import parse_qs, urlsplit
 
 from harness_core.embedded import find_temporal_binary
 
-__all__ = ["create_database", "drop_database", "free_port", "postgres_server", "temporal_server"]
+__all__ = [
+    "STARTUP_SECONDS",
+    "create_database",
+    "drop_database",
+    "free_port",
+    "postgres_server",
+    "temporal_server",
+]
+
+#: How long a test waits for a process it started (a dev server, ``harness serve``, Hypercorn)
+#: to serve. Alone one starts in seconds; beside three other test workers on a loaded 2-core
+#: machine a ``harness serve`` with a plugin once took over 60 s.
+STARTUP_SECONDS = 180
 
 _READY = re.compile(r"^Temporal Server:\s+\S+", re.MULTILINE)
 
@@ -48,7 +60,7 @@ def temporal_server(log_dir: Path, database: Path | None = None) -> Iterator[str
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STARTUP_SECONDS
         while not _READY.search(log_path.read_text(errors="replace")):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the dev server did not start: {log_path.read_text()}")

@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
+from tests.servers import STARTUP_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +66,7 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_for_log(self, text: str, timeout: float = 60) -> None:
+    def wait_for_log(self, text: str, timeout: float = STARTUP_SECONDS) -> None:
         deadline = time.monotonic() + timeout
         while text not in self.log:
             if self.process.poll() is not None:
@@ -623,7 +624,7 @@ def test_two_agents_in_one_process_share_one_dev_server_and_answer_on_their_own_
             cwd=ROOT,
         )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STARTUP_SECONDS
         while "serving 2 agent(s)" not in log_path.read_text():
             assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.05)

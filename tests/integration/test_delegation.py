@@ -55,6 +55,7 @@ from tests.conftest import (
     user_message,
 )
 from tests.integration.test_a2a_methods import send_blocking, send_immediately
+from tests.servers import STARTUP_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -384,7 +385,7 @@ def test_the_team_survives_a_sigkill_while_d_thinks_and_no_turn_completes_twice(
             cwd=tmp_path,
             env=env,
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STARTUP_SECONDS
         while "serving 5 agent(s)" not in (tmp_path / f"serve-{delay}.log").read_text():
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)  # another process: its log is the only signal

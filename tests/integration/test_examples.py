@@ -28,6 +28,7 @@ from harness_core import Harness, settings_from_mapping
 from tests.conftest import a2a_client, free_port, serving, user_message
 from tests.fakes.model_servers import serve_fake_openai, text_reply, tool_call_reply
 from tests.integration.test_a2a_methods import send_blocking
+from tests.servers import STARTUP_SECONDS
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +49,7 @@ def copy_example(tmp_path: Path, temporal_address: str, port: int, name: str = "
 
 
 def _wait_until_serving(process: subprocess.Popen[bytes], log: Path, url: str) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + STARTUP_SECONDS
     while True:  # an external process: polling it is the only signal
         if process.poll() is not None or time.monotonic() > deadline:
             raise AssertionError(f"{process.args!r} did not start:\n{log.read_text()}")

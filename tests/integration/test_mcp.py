@@ -24,6 +24,7 @@ from tests.conftest import a2a_client, free_port, serving, user_message
 from tests.fakes.model_servers import FakeServer, serve_fake_openai, text_reply, tool_call_reply
 from tests.integration.test_a2a_methods import send_blocking
 from tests.integration.test_llm_agent import _history_of, _scheduled_activities
+from tests.servers import STARTUP_SECONDS
 
 pytestmark = pytest.mark.anyio
 
@@ -90,7 +91,7 @@ def _leaves(error: BaseException) -> list[BaseException]:
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + STARTUP_SECONDS
     while True:  # an external process: polling its port is the only signal
         if process.poll() is not None or time.monotonic() > deadline:
             raise AssertionError("the MCP HTTP server did not start")

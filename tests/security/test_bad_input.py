@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import free_port
+from tests.servers import STARTUP_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -112,7 +113,7 @@ class Agent:
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
             )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STARTUP_SECONDS
         while "serving 1 agent" not in self.log:
             assert self.process.poll() is None, self.log
             assert time.monotonic() < deadline, self.log
