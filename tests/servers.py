@@ -5,9 +5,12 @@ what they started; the fixtures in ``conftest.py`` and ``bench/load.py`` use the
 from __future__ import annotations
 
 import contextlib
+import os
+import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -35,12 +38,47 @@ STARTUP_SECONDS = 180
 _READY = re.compile(r"^Temporal Server:\s+\S+", re.MULTILINE)
 
 
-def free_port() -> int:
-    import socket
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+
+_LOWEST_PORT = 10000
+
+
+def _port_band() -> Iterator[int]:
+    # The ports below the kernel's ephemeral range, cut into one band per xdist worker, each
+    # walked once from a random start.
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    width = (max(_ephemeral_floor(), _LOWEST_PORT + 1000) - _LOWEST_PORT) // count
+    low = _LOWEST_PORT + worker % count * width
+    start = random.randrange(width)
+    for step in range(width):
+        yield low + (start + step) % width
+
+
+_ports = _port_band()
+
+
+def free_port() -> int:
+    """A loopback port that is free now and that no other test worker hands out.
+
+    It is drawn from below the kernel's ephemeral range. A port the kernel picks itself (a
+    ``bind`` to port 0, each outgoing connection's local end, the dev server's HTTP and
+    metrics ports) comes from that range, so one picked there by a ``bind`` to port 0 could be
+    taken again before the test's server binds it; a CI run saw ``harness serve`` refused
+    that way. Each xdist worker draws from its own band, and never twice the same port."""
+    for port in _ports:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("every port of this test worker's band has been handed out")
 
 
 @contextlib.contextmanager
