@@ -144,6 +144,11 @@ class ServerRun:
     def pid(self) -> int:
         return self._process.pid
 
+    @property
+    def port_taken(self) -> bool:
+        """Whether the server's last words say a port it was to listen on was in use."""
+        return any("address already in use" in line for line in self._tail)
+
     async def exited(self) -> int:
         """Wait until the process has exited, and return its code."""
         return await self._process.wait()

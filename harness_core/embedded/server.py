@@ -92,9 +92,8 @@ async def open_embedded_temporal(
         port = free_port()
         command = server_command(binary, database, port, namespaces, ui_port)
         _log.debug("starting %s", shlex.join(command))
-        process = await spawn(command, binary)
-        run = ServerRun(process, database, port)
-        runs = [run]  # the current one last; a restart adds one
+        run = ServerRun(await spawn(command, binary), database, port)
+        runs = [run]  # the current one last; a restart or a new port adds one
         closing = False
         # Exceptions leaving a task group arrive wrapped in an exception group. The only one
         # here is normally the caller's own (or ours from startup), so it is unwrapped below to
@@ -103,10 +102,25 @@ async def open_embedded_temporal(
         try:
             async with anyio.create_task_group() as task_group:
                 try:
-                    # Written before readiness so that a host killed during startup still leaves
-                    # a trace of its server for the next start to find.
-                    write_state(state_path, pid=process.pid, port=port, database=database)
-                    await run.wait_until_ready(task_group, start_timeout)
+                    for attempt in range(1, _PORT_ATTEMPTS + 1):
+                        # Written before readiness so that a host killed during startup still
+                        # leaves a trace of its server for the next start to find.
+                        write_state(state_path, pid=run.pid, port=port, database=database)
+                        try:
+                            await run.wait_until_ready(task_group, start_timeout)
+                            break
+                        except EmbeddedTemporalError:
+                            if not run.port_taken or attempt == _PORT_ATTEMPTS:
+                                raise
+                        # Another process bound the port between our probe and the server.
+                        _log.info(
+                            "port %d was taken as the dev server started; trying another", port
+                        )
+                        await run.stop()
+                        port = free_port()
+                        command = server_command(binary, database, port, namespaces, ui_port)
+                        run = ServerRun(await spawn(command, binary), database, port)
+                        runs.append(run)
                     secure_database_files(database)
                     address = f"{LOOPBACK}:{port}"
                     _log.info("embedded Temporal dev server on %s (database %s)", address, database)
@@ -117,9 +131,7 @@ async def open_embedded_temporal(
                             LOOPBACK,
                             ui_port,
                         )
-                    server = EmbeddedServer(
-                        address=address, database_path=database, pid=process.pid
-                    )
+                    server = EmbeddedServer(address=address, database_path=database, pid=run.pid)
 
                     async def supervise() -> None:
                         while True:
@@ -193,6 +205,9 @@ async def open_embedded_temporal(
         # Last of all, so that no other host starts on the database while our server still runs.
         os.close(lock_fd)
 
+
+#: Starts on a new port when the one probed free was taken before the server bound it.
+_PORT_ATTEMPTS = 3
 
 #: Waits between attempts to start a dead dev server again.
 _RESTART_DELAYS = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)

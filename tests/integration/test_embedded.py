@@ -299,6 +299,57 @@ async def test_a_server_that_cannot_start_is_reported_with_the_reason(tmp_path: 
     assert not_sqlite.read_text() == "this is not a SQLite database\n"
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the Temporal client
+async def test_a_port_taken_before_the_server_binds_it_is_traded_for_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The race: the port probed free is bound by another process before the server binds it.
+    # Here the first port handed out is held open by the test, so the real server refuses it.
+    import socket
+
+    from harness_core.embedded import command, server
+
+    caplog.set_level(logging.INFO, logger="harness.temporal")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        held = taken.getsockname()[1]
+        handed: list[int] = []
+
+        def racing_free_port() -> int:
+            handed.append(held if not handed else command.free_port())
+            return handed[-1]
+
+        monkeypatch.setattr(server, "free_port", racing_free_port)
+        async with open_embedded_temporal(tmp_path / "temporal.db") as started:
+            client = await Client.connect(started.address)
+            assert (await client.count_workflows()).count == 0
+            state = json.loads(_state_file(tmp_path / "temporal.db").read_text())
+    assert len(handed) == 2
+    assert started.address == f"127.0.0.1:{handed[1]}"
+    assert state["port"] == handed[1] and state["pid"] == started.pid
+    assert f"port {held} was taken" in caplog.text
+    assert _is_gone(started.pid)
+
+
+async def test_a_server_whose_port_is_always_taken_gives_up_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from harness_core.embedded import server
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        held = taken.getsockname()[1]
+        monkeypatch.setattr(server, "free_port", lambda: held)
+        with pytest.raises(EmbeddedTemporalError, match="address already in use"):
+            async with open_embedded_temporal(tmp_path / "temporal.db"):
+                pytest.fail("started on a port in use")
+    assert not _state_file(tmp_path / "temporal.db").exists()
+
+
 async def test_the_web_ui_is_served_on_loopback_when_asked_for(tmp_path: Path, caplog) -> None:
     import httpx
 
