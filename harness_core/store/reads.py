@@ -103,16 +103,21 @@ class TaskStoreReads(StoreConnection):
             ).fetchall()
         return index_row_from(row, tuple(str(p[0]) for p in people))
 
-    def moving_rows(self, agent_id: str, written_before: int, limit: int) -> list[IndexRow]:
-        """The agent's tasks the index shows in motion (SUBMITTED or WORKING, not ended) that no
-        write has touched since ``written_before`` (microseconds since the epoch), oldest first:
-        the ones whose workflow may have ended without the store learning of it."""
+    def stale_rows(
+        self, agent_id: str, *, moving_before: int, waiting_before: int, limit: int
+    ) -> list[IndexRow]:
+        """The agent's tasks that have not ended and that no write has touched for a while
+        (times in microseconds since the epoch), oldest first: those the index shows in motion
+        (SUBMITTED or WORKING) since before ``moving_before``, and those waiting for their
+        sender (INPUT_REQUIRED or AUTH_REQUIRED) since before ``waiting_before``. They are the
+        ones whose workflow may have ended without the store learning of it."""
         with self._read() as db:
             rows = db.execute(
-                f"SELECT {ROW_COLUMNS} FROM task_index WHERE agent_id = ? AND closed = 0 "
-                "AND state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING') AND written_at < ? "
-                "ORDER BY written_at LIMIT ?",
-                (agent_id, written_before, limit),
+                f"SELECT {ROW_COLUMNS} FROM task_index WHERE agent_id = ? AND closed = 0 AND ("
+                "(state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING') AND written_at < ?) "
+                "OR (state IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED') "
+                "AND written_at < ?)) ORDER BY written_at LIMIT ?",
+                (agent_id, moving_before, waiting_before, limit),
             ).fetchall()
         return [index_row_from(row, ()) for row in rows]
 

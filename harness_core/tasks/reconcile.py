@@ -4,8 +4,10 @@ A task's end reaches the agent's store from its workflow: the turn that ended it
 ``store_record`` local activity. A workflow that ended otherwise (terminated by an operator, timed
 out, failed in a way no activity reported) or whose final write the store refused (its record then
 lives in the workflow's result, ``TaskRecord.unstored``) leaves the index showing the task in
-motion for good. The agent's heartbeat runs ``reconcile``: each task the index shows SUBMITTED or
-WORKING, untouched for ``RECONCILE_AFTER`` seconds, is looked up in Temporal. A completed workflow's
+motion, or waiting for its sender, for good. The agent's heartbeat runs ``reconcile``: each task
+the index shows SUBMITTED or WORKING, untouched for ``RECONCILE_AFTER`` seconds, and each it shows
+INPUT_REQUIRED or AUTH_REQUIRED, untouched for ``RECONCILE_WAITING_AFTER`` seconds (such tasks may
+be many, and wait for days), is looked up in Temporal. A completed workflow's
 record (and the run it kept, when the store refused it) is stored from its result; a workflow that
 ended without one is stored as FAILED (CANCELED when canceled through Temporal), saying how it
 ended, and so is one that Temporal no longer knows although it wrote to the index. A running
@@ -18,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import anyio
 import attrs
@@ -29,12 +32,14 @@ from harness_core.store import IndexRow, TaskStore
 from harness_core.tasks.state import TaskState
 from harness_core.temporal.names import TASK_WORKFLOW
 
-__all__ = ["RECONCILE_AFTER", "RECONCILE_BATCH", "reconcile"]
+__all__ = ["RECONCILE_AFTER", "RECONCILE_BATCH", "RECONCILE_WAITING_AFTER", "reconcile"]
 
 log = logging.getLogger("harness.tasks")
 
 #: Seconds a task in motion goes with no write to the index before its workflow is looked up.
 RECONCILE_AFTER = 60.0
+#: Seconds a task waiting for its sender goes with no write before its workflow is looked up.
+RECONCILE_WAITING_AFTER = 600.0
 #: The most tasks one heartbeat looks up.
 RECONCILE_BATCH = 50
 
@@ -50,8 +55,15 @@ _GONE = "Temporal no longer knows it"
 async def reconcile(store: TaskStore, client: Client, agent_id: str) -> int:
     """Store the end of each of the agent's tasks whose workflow ended without the store
     learning of it; returns how many."""
-    before = int((time.time() - RECONCILE_AFTER) * 1_000_000)
-    rows = await anyio.to_thread.run_sync(store.moving_rows, agent_id, before, RECONCILE_BATCH)
+    now = time.time()
+    stale = partial(
+        store.stale_rows,
+        agent_id,
+        moving_before=int((now - RECONCILE_AFTER) * 1_000_000),
+        waiting_before=int((now - RECONCILE_WAITING_AFTER) * 1_000_000),
+        limit=RECONCILE_BATCH,
+    )
+    rows = await anyio.to_thread.run_sync(stale)
     fixed = 0
     for row in rows:
         try:

@@ -1,6 +1,7 @@
 """The heartbeat makes the listing index right about tasks whose workflow ended without the store
-learning of it: a terminated workflow's task ends FAILED saying so, and a completed one whose final
-write the store lost is stored again from the workflow's result."""
+learning of it: a terminated workflow's task ends FAILED saying so, whether it was working or
+waiting for its sender, and a completed one whose final write the store lost is stored again from
+the workflow's result."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import anyio
 import pytest
 from a2a.types import GetTaskRequest, TaskState
 
-from harness_core import Complete, TurnContext
+from harness_core import Ask, Complete, TurnContext
 from tests.conftest import a2a_client, serving, user_message
 from tests.integration.test_a2a_methods import send_blocking, send_immediately, wait_for_state
 
@@ -92,3 +93,30 @@ async def test_a_completed_task_whose_end_the_store_lost_is_stored_from_its_resu
     assert lost.status.state == TaskState.TASK_STATE_WORKING
     assert [m.parts[0].text for m in again.history] == ["question", "answered"]
     assert again.status.message.parts[0].text == "answered"
+
+
+async def test_a_task_waiting_for_input_whose_workflow_was_terminated_ends_failed(
+    make_harness, monkeypatch
+):
+    """Given a task that asked its sender (INPUT_REQUIRED) and whose workflow an operator then
+    terminates, when the heartbeat runs past the waiting age, then the task reads FAILED,
+    saying its workflow was terminated; before, it read INPUT_REQUIRED for good."""
+    monkeypatch.setattr("harness_core.tasks.reconcile.RECONCILE_WAITING_AFTER", 0.5)
+
+    class Asking:
+        async def turn(self, ctx: TurnContext) -> Ask:
+            return Ask("which one?")
+
+    harness = make_harness(Asking(), heartbeat={"interval": "1s"})
+    async with serving(harness) as url, a2a_client(url, streaming=False) as client:
+        asked = await send_blocking(client, user_message("pick one"))
+        assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        connection = harness.tasks.connection
+
+        async def terminate() -> None:
+            await connection.client.get_workflow_handle(asked.id).terminate(reason="a test")
+
+        await connection.bridge.call(terminate)
+        ended = await wait_for_state(client, asked.id, TaskState.TASK_STATE_FAILED)
+    assert "terminated" in ended.status.message.parts[0].text
+    assert [m.parts[0].text for m in ended.history][:2] == ["pick one", "which one?"]

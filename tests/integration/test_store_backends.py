@@ -22,7 +22,7 @@ from a2a.types import CancelTaskRequest, GetTaskRequest, ListTasksRequest, Task,
 
 from harness_core import Gate, Harness, ScriptedModel, settings_from_mapping
 from harness_core.errors import ConfigError, StoreUnavailableError
-from harness_core.payloads import Archive, TaskEvent, TaskRecord
+from harness_core.payloads import Archive, IndexEntry, TaskEvent, TaskRecord
 from harness_core.plugins import Plugin, PluginStore, PluginTables
 from harness_core.plugins.runtime import load_plugins
 from harness_core.retention import SWEEP_LEASE, Sweep
@@ -57,6 +57,49 @@ def ended(
         events=1,
     )
     return archive, record
+
+
+def test_stale_rows_are_tasks_in_motion_and_tasks_waiting_each_past_its_own_age(
+    store_location: Path | PostgresLocation,
+) -> None:
+    """The reconciliation's candidates: a task in motion (WORKING) once no write has touched it
+    since ``moving_before``, one waiting for its sender (INPUT_REQUIRED, AUTH_REQUIRED) since
+    ``waiting_before``; never an ended task, nor another agent's."""
+    store = TaskStore(store_location)
+    try:
+        states = {
+            "moving": "TASK_STATE_WORKING",
+            "asking": "TASK_STATE_INPUT_REQUIRED",
+            "authing": "TASK_STATE_AUTH_REQUIRED",
+        }
+        for task_id, state in states.items():
+            archive, _ = ended(task_id)
+            store.checkpoint(
+                IndexEntry(
+                    archive=archive,
+                    status={"state": state, "timestamp": "2026-01-01T00:00:00Z"},
+                    last_seq=1,
+                    messages=1,
+                    busy=state == "TASK_STATE_WORKING",
+                )
+            )
+        store.store_final(*ended("done"))
+        elsewhere = attrs.evolve(ended("other")[0], agent_id="another agent")
+        store.checkpoint(IndexEntry(elsewhere, {"state": "TASK_STATE_WORKING"}, 1, 1, True))
+        later, earlier = (time.time_ns() // 1000 + 10**6, time.time_ns() // 1000 - 10**6)
+
+        def stale(moving_before: int, waiting_before: int) -> set[str]:
+            rows = store.stale_rows(
+                "agent", moving_before=moving_before, waiting_before=waiting_before, limit=10
+            )
+            return {row.task_id for row in rows}
+
+        assert stale(earlier, earlier) == set()
+        assert stale(later, earlier) == {"moving"}
+        assert stale(earlier, later) == {"asking", "authing"}
+        assert stale(later, later) == {"moving", "asking", "authing"}
+    finally:
+        store.close()
 
 
 def test_the_sweep_removes_a_tasks_delegations_by_their_prefix_only(
