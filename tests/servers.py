@@ -35,29 +35,31 @@ __all__ = [
 #: machine a ``harness serve`` with a plugin once took over 60 s.
 STARTUP_SECONDS = 180
 
+#: Test ports are never below this one (well-known services listen lower).
+_LOWEST_PORT = 10000
+
 _READY = re.compile(r"^Temporal Server:\s+\S+", re.MULTILINE)
 
 
-def _ephemeral_floor() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-_LOWEST_PORT = 10000
-
-
 def _port_band() -> Iterator[int]:
-    # The ports below the kernel's ephemeral range, cut into one band per xdist worker, each
-    # walked once from a random start.
+    # The ports outside the kernel's ephemeral range (the larger of the gaps below and above
+    # it), cut into one band per xdist worker, each walked once from a random start.
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    start, end = max((_LOWEST_PORT, low), (high + 1, 65536), key=lambda gap: gap[1] - gap[0])
     count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    width = (max(_ephemeral_floor(), _LOWEST_PORT + 1000) - _LOWEST_PORT) // count
-    low = _LOWEST_PORT + worker % count * width
-    start = random.randrange(width)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    width = (end - start) // count
+    if width < 200:
+        raise RuntimeError(
+            f"too few ports outside the ephemeral range {low}-{high} for {count} test workers"
+        )
+    first = start + (int(worker) if worker.isdigit() else 0) % count * width
+    offset = random.randrange(width)
     for step in range(width):
-        yield low + (start + step) % width
+        yield first + (offset + step) % width
 
 
 _ports = _port_band()
@@ -66,7 +68,7 @@ _ports = _port_band()
 def free_port() -> int:
     """A loopback port that is free now and that no other test worker hands out.
 
-    It is drawn from below the kernel's ephemeral range. A port the kernel picks itself (a
+    It is drawn from outside the kernel's ephemeral range. A port the kernel picks itself (a
     ``bind`` to port 0, each outgoing connection's local end, the dev server's HTTP and
     metrics ports) comes from that range, so one picked there by a ``bind`` to port 0 could be
     taken again before the test's server binds it; a CI run saw ``harness serve`` refused

@@ -74,7 +74,7 @@ def server_command(
 
 def free_port() -> int:
     # Another process may take the port before the server binds it; the server then exits with
-    # "address already in use", which is reported with its output.
+    # "address already in use", and open_embedded_temporal starts it on another.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((LOOPBACK, 0))
         port: int = probe.getsockname()[1]

@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import attrs
 from anyio.abc import TaskGroup
 
@@ -102,22 +103,31 @@ async def open_embedded_temporal(
         try:
             async with anyio.create_task_group() as task_group:
                 try:
-                    for attempt in range(1, _PORT_ATTEMPTS + 1):
+                    tried = [port]
+                    while True:
                         # Written before readiness so that a host killed during startup still
                         # leaves a trace of its server for the next start to find.
                         write_state(state_path, pid=run.pid, port=port, database=database)
                         try:
                             await run.wait_until_ready(task_group, start_timeout)
                             break
-                        except EmbeddedTemporalError:
-                            if not run.port_taken or attempt == _PORT_ATTEMPTS:
+                        except EmbeddedTemporalError as error:
+                            if not run.port_taken:
                                 raise
+                            if len(tried) == _PORT_ATTEMPTS:
+                                ports = ", ".join(map(str, tried))
+                                raise EmbeddedTemporalError(
+                                    f"{error} (ports tried, each taken by another process "
+                                    f"before the server bound it: {ports})"
+                                ) from None
                         # Another process bound the port between our probe and the server.
                         _log.info(
                             "port %d was taken as the dev server started; trying another", port
                         )
                         await run.stop()
+                        await anyio.lowlevel.checkpoint()  # closed meanwhile: start no other
                         port = free_port()
+                        tried.append(port)
                         command = server_command(binary, database, port, namespaces, ui_port)
                         run = ServerRun(await spawn(command, binary), database, port)
                         runs.append(run)
@@ -206,7 +216,7 @@ async def open_embedded_temporal(
         os.close(lock_fd)
 
 
-#: Starts on a new port when the one probed free was taken before the server bound it.
+#: Ports tried in all when the one probed free is taken before the server binds it.
 _PORT_ATTEMPTS = 3
 
 #: Waits between attempts to start a dead dev server again.

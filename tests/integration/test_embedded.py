@@ -343,17 +343,53 @@ async def test_a_server_whose_port_is_always_taken_gives_up_saying_so(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         held = taken.getsockname()[1]
-        monkeypatch.setattr(server, "free_port", lambda: held)
-        with pytest.raises(EmbeddedTemporalError, match="address already in use"):
+        handed: list[int] = []
+
+        def taken_port() -> int:
+            handed.append(held)
+            return held
+
+        monkeypatch.setattr(server, "free_port", taken_port)
+        with pytest.raises(EmbeddedTemporalError, match="address already in use") as refused:
             async with open_embedded_temporal(tmp_path / "temporal.db"):
                 pytest.fail("started on a port in use")
+    assert len(handed) == 3
+    assert f"ports tried, each taken by another process before the server bound it: {held}, " in (
+        str(refused.value)
+    )
     assert not _state_file(tmp_path / "temporal.db").exists()
+
+
+async def test_a_taken_web_ui_port_is_not_traded_for_another_grpc_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the server's own gRPC port is chosen here; a UI port asked for stays what it is.
+    import socket
+
+    from harness_core.embedded import command, server
+
+    handed: list[int] = []
+
+    def counted_free_port() -> int:
+        handed.append(command.free_port())
+        return handed[-1]
+
+    monkeypatch.setattr(server, "free_port", counted_free_port)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(EmbeddedTemporalError, match="UI port"):
+            async with open_embedded_temporal(
+                tmp_path / "temporal.db", ui_port=taken.getsockname()[1]
+            ):
+                pytest.fail("started with its UI port in use")
+    assert len(handed) == 1
 
 
 async def test_the_web_ui_is_served_on_loopback_when_asked_for(tmp_path: Path, caplog) -> None:
     import httpx
 
-    from harness_core.embedded.command import free_port
+    from tests.servers import free_port
 
     caplog.set_level(logging.INFO, logger="harness.temporal")
     port = free_port()
