@@ -7,14 +7,17 @@ others run under both AnyIO backends, because the module must work under both.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
 import signal
+import socket
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -299,21 +302,25 @@ async def test_a_server_that_cannot_start_is_reported_with_the_reason(tmp_path: 
     assert not_sqlite.read_text() == "this is not a SQLite database\n"
 
 
+@contextlib.contextmanager
+def _held_port() -> Iterator[int]:
+    """A loopback port that a listening socket of the test's holds until the block ends."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the Temporal client
 async def test_a_port_taken_before_the_server_binds_it_is_traded_for_another(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The race: the port probed free is bound by another process before the server binds it.
     # Here the first port handed out is held open by the test, so the real server refuses it.
-    import socket
-
     from harness_core.embedded import command, server
 
     caplog.set_level(logging.INFO, logger="harness.temporal")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        held = taken.getsockname()[1]
+    with _held_port() as held:
         handed: list[int] = []
 
         def racing_free_port() -> int:
@@ -335,14 +342,9 @@ async def test_a_port_taken_before_the_server_binds_it_is_traded_for_another(
 async def test_a_server_whose_port_is_always_taken_gives_up_saying_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import socket
-
     from harness_core.embedded import server
 
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        held = taken.getsockname()[1]
+    with _held_port() as held:
         handed: list[int] = []
 
         def taken_port() -> int:
@@ -364,8 +366,6 @@ async def test_a_taken_web_ui_port_is_not_traded_for_another_grpc_port(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Only the server's own gRPC port is chosen here; a UI port asked for stays what it is.
-    import socket
-
     from harness_core.embedded import command, server
 
     handed: list[int] = []
@@ -375,14 +375,9 @@ async def test_a_taken_web_ui_port_is_not_traded_for_another_grpc_port(
         return handed[-1]
 
     monkeypatch.setattr(server, "free_port", counted_free_port)
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        with pytest.raises(EmbeddedTemporalError, match="UI port"):
-            async with open_embedded_temporal(
-                tmp_path / "temporal.db", ui_port=taken.getsockname()[1]
-            ):
-                pytest.fail("started with its UI port in use")
+    with _held_port() as held, pytest.raises(EmbeddedTemporalError, match="UI port"):
+        async with open_embedded_temporal(tmp_path / "temporal.db", ui_port=held):
+            pytest.fail("started with its UI port in use")
     assert len(handed) == 1
 
 

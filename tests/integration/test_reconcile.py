@@ -15,6 +15,7 @@ import pytest
 from a2a.types import GetTaskRequest, TaskState
 
 from harness_core import Ask, Complete, TurnContext
+from harness_core.agents.turn import TurnResult
 from tests.conftest import a2a_client, serving, user_message
 from tests.integration.test_a2a_methods import send_blocking, send_immediately, wait_for_state
 
@@ -35,26 +36,42 @@ class Stuck:
         return Complete("done")
 
 
+def reconciling(make_harness, monkeypatch, age: str, answer: TurnResult, agent: object = None):
+    """A harness whose heartbeat (every second) reconciles tasks after half a second of ``age``
+    (``RECONCILE_AFTER`` or ``RECONCILE_WAITING_AFTER``), serving ``agent`` or, when none is
+    given, one whose every turn returns ``answer``."""
+    monkeypatch.setattr(f"harness_core.tasks.reconcile.{age}", 0.5)
+
+    class Answering:
+        async def turn(self, ctx: TurnContext) -> TurnResult:
+            return answer
+
+    return make_harness(agent or Answering(), heartbeat={"interval": "1s"})
+
+
+async def terminate(harness, task_id: str) -> None:
+    """Terminate the task's workflow, as an operator would."""
+    connection = harness.tasks.connection
+
+    async def terminating() -> None:
+        await connection.client.get_workflow_handle(task_id).terminate(reason="an operator's test")
+
+    await connection.bridge.call(terminating)
+
+
 async def test_a_terminated_workflows_task_ends_failed_saying_so(make_harness, monkeypatch):
     """Given a task whose workflow an operator terminates mid-turn (the index shows it WORKING),
     when the agent's heartbeat runs, then the task reads FAILED, saying its workflow was
     terminated; before the reconciliation it read WORKING for good."""
-    monkeypatch.setattr("harness_core.tasks.reconcile.RECONCILE_AFTER", 0.5)
     agent = Stuck()
-    harness = make_harness(agent, heartbeat={"interval": "1s"})
+    harness = reconciling(make_harness, monkeypatch, "RECONCILE_AFTER", Complete(), agent)
     try:
         async with serving(harness) as url, a2a_client(url, streaming=False) as client:
             task = await send_immediately(client, user_message("work"))
             with anyio.fail_after(30):
                 while not agent.entered.is_set():
                     await anyio.sleep(0.05)
-            connection = harness.tasks.connection
-
-            async def terminate() -> None:
-                handle = connection.client.get_workflow_handle(task.id)
-                await handle.terminate(reason="an operator's test")
-
-            await connection.bridge.call(terminate)
+            await terminate(harness, task.id)
             ended = await wait_for_state(client, task.id, TaskState.TASK_STATE_FAILED)
     finally:
         agent.release.set()
@@ -68,13 +85,7 @@ async def test_a_completed_task_whose_end_the_store_lost_is_stored_from_its_resu
     """Given a completed task whose final write the store lost (its index row back to WORKING,
     its record gone, as a refused write leaves them), when the heartbeat runs, then the task
     reads COMPLETED again, whole, from its workflow's result."""
-    monkeypatch.setattr("harness_core.tasks.reconcile.RECONCILE_AFTER", 0.5)
-
-    class Quick:
-        async def turn(self, ctx: TurnContext) -> Complete:
-            return Complete("answered")
-
-    harness = make_harness(Quick(), heartbeat={"interval": "1s"})
+    harness = reconciling(make_harness, monkeypatch, "RECONCILE_AFTER", Complete("answered"))
     async with serving(harness) as url, a2a_client(url, streaming=False) as client:
         done = await send_blocking(client, user_message("question"))
         db = sqlite3.connect(harness.settings.store_path, timeout=10)
@@ -101,22 +112,11 @@ async def test_a_task_waiting_for_input_whose_workflow_was_terminated_ends_faile
     """Given a task that asked its sender (INPUT_REQUIRED) and whose workflow an operator then
     terminates, when the heartbeat runs past the waiting age, then the task reads FAILED,
     saying its workflow was terminated; before, it read INPUT_REQUIRED for good."""
-    monkeypatch.setattr("harness_core.tasks.reconcile.RECONCILE_WAITING_AFTER", 0.5)
-
-    class Asking:
-        async def turn(self, ctx: TurnContext) -> Ask:
-            return Ask("which one?")
-
-    harness = make_harness(Asking(), heartbeat={"interval": "1s"})
+    harness = reconciling(make_harness, monkeypatch, "RECONCILE_WAITING_AFTER", Ask("which one?"))
     async with serving(harness) as url, a2a_client(url, streaming=False) as client:
         asked = await send_blocking(client, user_message("pick one"))
         assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
-        connection = harness.tasks.connection
-
-        async def terminate() -> None:
-            await connection.client.get_workflow_handle(asked.id).terminate(reason="a test")
-
-        await connection.bridge.call(terminate)
+        await terminate(harness, asked.id)
         ended = await wait_for_state(client, asked.id, TaskState.TASK_STATE_FAILED)
     assert "terminated" in ended.status.message.parts[0].text
     assert [m.parts[0].text for m in ended.history][:2] == ["pick one", "which one?"]
