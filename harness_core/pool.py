@@ -17,6 +17,7 @@ import hashlib
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -41,6 +42,10 @@ __all__ = ["TemporalConnection", "TemporalPool", "pool"]
 
 T = TypeVar("T")
 _log = logging.getLogger("harness")
+
+#: Seconds a process waits for the embedded server another process of its directory is starting
+#: (that process itself gives its server 30 s).
+SHARED_SERVER_WAIT = 60.0
 
 
 @attrs.frozen
@@ -236,6 +241,48 @@ class TemporalPool:
 
         return entered()
 
+    @classmethod
+    async def _own_or_share(
+        cls,
+        settings: Settings,
+        bridge: TemporalBridge,
+        data_converter: Any,
+        payloads: PayloadStore,
+    ) -> AbstractAsyncContextManager[EmbeddedServer] | TemporalConnection:
+        """The embedded server to enter, or, when another process holds its database, a
+        connection to the server that process runs."""
+        namespace = settings.temporal.namespace
+        deadline = anyio.current_time() + SHARED_SERVER_WAIT
+        while True:
+            try:
+                return await cls._stack_embedded(settings, namespace)
+            except EmbeddedServerInUse as busy:
+                # Another `harness serve` of this directory runs the server: use it (its
+                # address is in the database's state file) rather than refuse to start. That
+                # process may have started just now, with its server not ready yet (or not
+                # started: its state file names no port): wait for it as it does. Were it to
+                # exit meanwhile, the lock is free and this process starts its own.
+                address = await anyio.to_thread.run_sync(_shared_address, settings)
+                try:
+                    if address is None:
+                        raise
+                    client = await bridge.call(
+                        partial(_connect_shared, address, namespace, data_converter)
+                    )
+                except EmbeddedTemporalError:
+                    if anyio.current_time() >= deadline:
+                        raise
+                    await anyio.sleep(0.25)
+                    continue
+                logging.getLogger("harness.temporal").info(
+                    "the embedded Temporal dev server of %s runs in process %s: this process "
+                    "uses it on %s (it stops with that process)",
+                    busy.database,
+                    busy.owner if busy.owner is not None else "(unknown)",
+                    address,
+                )
+                return TemporalConnection(client, bridge, namespace, address, None, payloads)
+
     @contextlib.asynccontextmanager
     async def _open(
         self, settings: Settings, bridge: TemporalBridge
@@ -244,25 +291,9 @@ class TemporalPool:
         payloads = await anyio.to_thread.run_sync(PayloadStore, settings.payloads_location)
         data_converter = claim_check_converter(payloads)
         if settings.temporal.mode == "embedded":
-            try:
-                opened = await self._stack_embedded(settings, namespace)
-            except EmbeddedServerInUse as busy:
-                # Another `harness serve` of this directory runs the server: use it (its
-                # address is in the database's state file) rather than refuse to start.
-                address = await anyio.to_thread.run_sync(_shared_address, settings)
-                if address is None:
-                    raise
-                client = await bridge.call(
-                    lambda: _connect_shared(address, namespace, data_converter)
-                )
-                logging.getLogger("harness.temporal").info(
-                    "the embedded Temporal dev server of %s runs in process %s: this process "
-                    "uses it on %s (it stops with that process)",
-                    busy.database,
-                    busy.owner if busy.owner is not None else "(unknown)",
-                    address,
-                )
-                yield TemporalConnection(client, bridge, namespace, address, None, payloads)
+            opened = await self._own_or_share(settings, bridge, data_converter, payloads)
+            if isinstance(opened, TemporalConnection):
+                yield opened
                 return
             async with opened as server:
 

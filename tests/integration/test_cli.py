@@ -50,7 +50,7 @@ def write_config(directory: Path, body: str) -> Path:
 class Server:
     """A ``harness serve`` child process, with its log in a file."""
 
-    def __init__(self, config: Path, port: int, *extra: str) -> None:
+    def __init__(self, config: Path, port: int, *extra: str, wait: bool = True) -> None:
         self.log_path = config.parent / f"serve-{uuid.uuid4().hex[:6]}.log"
         self.url = f"http://127.0.0.1:{port}"
         with self.log_path.open("wb") as log:
@@ -60,7 +60,8 @@ class Server:
                 stderr=subprocess.STDOUT,
                 cwd=ROOT,
             )
-        self.wait_for_log("serving 1 agent(s)")
+        if wait:
+            self.wait_for_log("serving 1 agent(s)")
 
     @property
     def log(self) -> str:
@@ -560,19 +561,25 @@ def test_serve_takes_a_temporal_service_and_a_public_url_from_the_command_line(
     assert wrong.stderr.startswith("harness: --temporal-address 'nowhere': must be")
 
 
+def _two_agents(directory: Path) -> tuple[dict[str, int], dict[str, Path]]:
+    """Configs of two agents, "first" and "second", in one directory: their ports and paths."""
+    ports = {agent_id: free_port() for agent_id in ("first", "second")}
+    paths = {}
+    for agent_id, port in ports.items():
+        paths[agent_id] = write_config(
+            directory,
+            f'[agent]\nid = "{agent_id}"\n[server]\nbind = "127.0.0.1:{port}"\n'
+            'graceful_timeout = "2s"\n',
+        ).rename(directory / f"{agent_id}.toml")
+    return ports, paths
+
+
 def test_a_second_serve_in_the_same_directory_uses_the_first_ones_dev_server(
     tmp_path: Path,
 ) -> None:
     """Two `harness serve` of two agents in one directory: the second finds the embedded
     database in use, says in one line that it uses the first one's server, and serves."""
-    ports = {agent_id: free_port() for agent_id in ("first", "second")}
-    paths = {}
-    for agent_id, port in ports.items():
-        paths[agent_id] = write_config(
-            tmp_path,
-            f'[agent]\nid = "{agent_id}"\n[server]\nbind = "127.0.0.1:{port}"\n'
-            'graceful_timeout = "2s"\n',
-        ).rename(tmp_path / f"{agent_id}.toml")
+    ports, paths = _two_agents(tmp_path)
     database = tmp_path / ".harness" / "temporal.sqlite3"
     first = Server(paths["first"], ports["first"])
     try:
@@ -593,6 +600,28 @@ def test_a_second_serve_in_the_same_directory_uses_the_first_ones_dev_server(
         first.close()
     assert reply["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
     assert dev_servers_on(database) == []
+
+
+def test_two_serves_of_one_directory_started_at_once_both_serve(tmp_path: Path) -> None:
+    """Two `harness serve` of one directory started together (a Procfile, two services on one
+    volume): the one that finds the database in use waits for the other's server, still
+    starting, rather than fail with "does not answer" as it did; both answer, on one server."""
+    ports, paths = _two_agents(tmp_path)
+    servers = [Server(paths[name], ports[name], wait=False) for name in ("first", "second")]
+    try:
+        for server in servers:
+            server.wait_for_log("serving 1 agent(s)")
+        assert sum("this process uses it on 127.0.0.1:" in server.log for server in servers) == 1
+        assert len(dev_servers_on(tmp_path / ".harness" / "temporal.sqlite3")) == 1
+        message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+        replies = [rpc(server.url, "SendMessage", {"message": message}) for server in servers]
+    finally:
+        # The one that uses the other's server first, so that its server outlives it.
+        for server in sorted(servers, key=lambda each: "uses it on" not in each.log):
+            server.close()
+    assert [reply["result"]["task"]["status"]["state"] for reply in replies] == [
+        "TASK_STATE_COMPLETED"
+    ] * 2
 
 
 def test_two_agents_in_one_process_share_one_dev_server_and_answer_on_their_own_paths(
