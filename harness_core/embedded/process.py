@@ -149,7 +149,7 @@ class ServerRun:
         """Whether the server's last words say its gRPC port was in use (not another of its
         ports, such as a Web UI port that was asked for)."""
         taken = f"{LOOPBACK}:{self._port}: bind: address already in use"
-        return any("frontend port" in line and taken in line for line in self._tail)
+        return any(taken in line for line in self._tail)
 
     async def exited(self) -> int:
         """Wait until the process has exited, and return its code."""
